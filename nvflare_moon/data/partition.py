@@ -1,0 +1,145 @@
+"""Split a training set's indices among federated parties (sites).
+
+The Dirichlet split reproduces the MOON reference code (QinbinLi/MOON, ``partition_data`` with
+``'noniid-labeldir'``) index for index, so a given (labels, N, beta, seed) yields exactly the parties of the paper.
+It uses numpy's legacy global RNG like the reference, but saves and restores that RNG's state, so callers are not
+affected.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+__all__ = ["dirichlet_partition", "iid_partition", "partition_indices", "site_index", "PARTITION_METHODS"]
+
+PARTITION_METHODS = ("dirichlet", "iid")
+MAX_DIRICHLET_TRIES = 10_000  # the reference loops forever when min_size is unreachable; we stop with an error
+
+
+def _check_positive_int(value, name: str, hint: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}; {hint}")
+    return int(value)
+
+
+def _check_labels(labels) -> np.ndarray:
+    y = np.asarray(labels)
+    if y.ndim != 1 or y.size == 0:
+        raise ValueError(f"labels must be a non-empty 1-D array of class indices, got shape {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(f"labels must hold integer class indices, got dtype {y.dtype}; convert with labels.astype(int)")
+    if y.min() < 0:
+        raise ValueError(f"labels must be non-negative class indices, found {int(y.min())}")
+    return y
+
+
+def dirichlet_partition(labels: np.ndarray, num_parties: int, beta: float, seed: int,
+                        min_size: int = 10) -> list[np.ndarray]:
+    """Label-skewed split: each class is divided among parties with proportions p ~ Dir(beta * 1_N).
+
+    Exactly the reference loop, with ``N_total = len(labels)`` and K = ``labels.max() + 1`` classes::
+
+        np.random.seed(seed)
+        repeat until min_j |party_j| >= min_size:
+            parties = [[] ...]
+            for k in 0..K-1:
+                idx_k = shuffle(where(labels == k))
+                p = Dirichlet(beta * 1_N)
+                p_j = 0 for parties with |party_j| >= N_total / N ;  p = p / sum(p)
+                split idx_k at int(cumsum(p) * len(idx_k))[:-1] and append piece j to party j
+        shuffle each party's list
+
+    Smaller ``beta`` gives more skew. Returns one int64 index array per party. The global numpy RNG state is restored
+    on return. Raises ValueError if ``min_size * num_parties`` exceeds the number of samples, or if no draw reaches
+    ``min_size`` within ``MAX_DIRICHLET_TRIES`` tries (where the reference would loop forever).
+    """
+    y = _check_labels(labels)
+    n_parties = _check_positive_int(num_parties, "num_parties", "pass the number of sites (e.g. the simulator's -n)")
+    if not np.isfinite(beta) or beta <= 0:
+        raise ValueError(f"beta must be a positive float (Dirichlet concentration, e.g. 0.5), got {beta!r}")
+    if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 0:
+        raise ValueError(f"min_size must be a non-negative integer, got {min_size!r}")
+    n_total = y.shape[0]
+    if min_size * n_parties > n_total:
+        raise ValueError(f"min_size={min_size} samples for each of num_parties={n_parties} parties needs "
+                         f"{min_size * n_parties} samples but labels has only {n_total}; "
+                         f"lower min_size or num_parties")
+    n_classes = int(y.max()) + 1
+
+    saved_state = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        current_min = 0
+        tries = 0
+        idx_batch: list[list[int]] = [[] for _ in range(n_parties)]
+        while current_min < min_size:
+            if tries == MAX_DIRICHLET_TRIES:
+                raise ValueError(f"no Dirichlet draw gave every one of num_parties={n_parties} parties min_size="
+                                 f"{min_size} samples in {tries} tries (beta={beta}); lower min_size or "
+                                 f"num_parties, or raise beta")
+            tries += 1
+            idx_batch = [[] for _ in range(n_parties)]
+            for k in range(n_classes):
+                idx_k = np.where(y == k)[0]
+                np.random.shuffle(idx_k)
+                proportions = np.random.dirichlet(np.repeat(beta, n_parties))
+                proportions = np.array([p * (len(idx_j) < n_total / n_parties)
+                                        for p, idx_j in zip(proportions, idx_batch)])
+                proportions = proportions / proportions.sum()
+                cuts = (np.cumsum(proportions) * len(idx_k)).astype(int)[:-1]
+                idx_batch = [idx_j + idx.tolist() for idx_j, idx in zip(idx_batch, np.split(idx_k, cuts))]
+            current_min = min(len(idx_j) for idx_j in idx_batch)
+        for j in range(n_parties):
+            np.random.shuffle(idx_batch[j])
+    finally:
+        np.random.set_state(saved_state)
+    return [np.asarray(idx_j, dtype=np.int64) for idx_j in idx_batch]
+
+
+def iid_partition(num_samples: int, num_parties: int, seed: int) -> list[np.ndarray]:
+    """Homogeneous split as in the reference: ``np.array_split(np.random.permutation(num_samples), num_parties)``
+    after ``np.random.seed(seed)``. Party sizes differ by at most one. The global numpy RNG state is restored."""
+    n = _check_positive_int(num_samples, "num_samples", "pass len(dataset)")
+    n_parties = _check_positive_int(num_parties, "num_parties", "pass the number of sites (e.g. the simulator's -n)")
+    if n_parties > n:
+        raise ValueError(f"num_parties={n_parties} is larger than num_samples={n}; every party needs a sample")
+    saved_state = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        idxs = np.random.permutation(n)
+    finally:
+        np.random.set_state(saved_state)
+    return [part.astype(np.int64) for part in np.array_split(idxs, n_parties)]
+
+
+def partition_indices(labels, num_parties: int, method: str = "dirichlet", beta: float = 0.5,
+                      seed: int = 0) -> list[np.ndarray]:
+    """Dispatch: ``method="dirichlet"`` -> :func:`dirichlet_partition` (uses ``beta``), ``"iid"`` ->
+    :func:`iid_partition` (ignores ``beta``)."""
+    if method == "dirichlet":
+        return dirichlet_partition(labels, num_parties, beta, seed)
+    if method == "iid":
+        return iid_partition(len(_check_labels(labels)), num_parties, seed)
+    raise ValueError(f"method must be one of {list(PARTITION_METHODS)}, got {method!r}")
+
+
+_SITE_SUFFIX = re.compile(r"[-_](\d+)$")
+
+
+def site_index(site_name: str, num_sites: int) -> int:
+    """Map an NVFlare site name to a 0-based party index: ``site-1`` ... ``site-N`` -> 0 ... N-1.
+
+    Any name ending in ``-<int>`` or ``_<int>`` is accepted (1-based). Raises ValueError for other names or when the
+    number is outside 1..num_sites.
+    """
+    n = _check_positive_int(num_sites, "num_sites", "it must equal the simulator's -n (number of clients)")
+    expected = f"expected site names 'site-1' ... 'site-{n}' (any name ending in -<k> or _<k>, 1 <= k <= {n})"
+    match = _SITE_SUFFIX.search(str(site_name))
+    if match is None:
+        raise ValueError(f"site_name {site_name!r} has no numeric suffix; {expected}")
+    k = int(match.group(1))
+    if not 1 <= k <= n:
+        raise ValueError(f"site_name {site_name!r} is out of range for num_sites={n}; {expected}. "
+                         f"num_sites must match the simulator's -n (or the number of sites in the project)")
+    return k - 1

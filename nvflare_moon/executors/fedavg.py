@@ -1,0 +1,255 @@
+"""FedAvg's client, and the NVFlare wiring every method shares.
+
+:class:`FedAvgExecutor` receives the global model, trains it locally with the papers' optimiser on the site's data and
+returns the weights with the number of training samples. Subclasses change only the objective and the state kept
+between rounds (:meth:`make_objective`, :meth:`after_training`); the math lives in :mod:`nvflare_moon.training`.
+"""
+
+import os
+import time
+import zlib
+from typing import Any, Dict, Optional, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+from nvflare.apis.event_type import EventType
+from nvflare.apis.executor import Executor
+from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
+from nvflare.apis.fl_context import FLContext
+from nvflare.apis.shareable import Shareable, make_reply
+from nvflare.apis.signal import Signal
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.app_constant import AppConstants
+from nvflare.app_common.utils.fl_model_utils import FLModelUtils
+
+from ..data import DATASETS, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_train_arrays, train_transform
+from ..models import check_num_classes
+from ..runtime import resolve_device, resolve_num_threads
+from ..state import SiteStateStore
+from ..training import CrossEntropyObjective, sgd, train_local
+from ..validation import check_choice, check_number
+
+
+def state_dict_to_numpy(model: nn.Module) -> Dict[str, np.ndarray]:
+    return {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
+
+
+def load_numpy_state(model: nn.Module, params: Dict[str, Any]) -> None:
+    """Load received weights (numpy or torch) into ``model``; every entry must be present with the right shape."""
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(params)), sorted(set(params) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"received model does not match the local network: missing {missing}, unexpected {unexpected}")
+    model.load_state_dict({name: torch.as_tensor(np.asarray(value)) for name, value in params.items()})
+
+
+class FedAvgExecutor(Executor):
+    """Local training for FedAvg: CE on the site's shard, SGD with a new optimizer every round.
+
+    Args:
+        model: the network, an ``nn.Module`` returning ``(h, z, logits)``: :class:`~nvflare_moon.models.Network`, or
+            any backbone wrapped in :class:`~nvflare_moon.models.ProjectionModel`.
+        dataset: ``"cifar10"``, ``"cifar100"``, ``"tinyimagenet"``, ``"synthetic"``, or a map-style
+            ``torch.utils.data.Dataset`` of ``(image tensor, label)`` holding this site's own data (used whole).
+        data_root: folder holding the dataset; default ``$NVFLARE_MOON_DATA`` or ``~/.cache/nvflare_moon/data``.
+        download: fetch the dataset with torchvision when it is not under ``data_root``.
+        num_sites: number of sites the training set is split over (the simulator's ``-n``).
+        partition: ``"dirichlet"`` (label skew with concentration ``beta``) or ``"iid"``.
+        beta: Dirichlet concentration β > 0.
+        seed: seed of the partition and of the batch order.
+        local_epochs: local epochs E per round.
+        batch_size: local batch size (the last incomplete batch is dropped).
+        lr, momentum, weight_decay: SGD settings.
+        device: ``"auto"`` (GPU if visible), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+        num_threads: torch CPU threads; None shares the cores among the simulator's parallel workers.
+        train_task_name: the task this executor answers.
+    """
+
+    # Exported job configs show the papers' hyperparameters even where they equal the defaults.
+    _always_serialize_args = (
+        "dataset", "num_sites", "partition", "beta", "seed", "local_epochs", "batch_size", "lr", "momentum",
+        "weight_decay",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        model: nn.Module,
+        dataset: Union[str, Dataset] = "cifar10",
+        data_root: Optional[str] = None,
+        download: bool = True,
+        num_sites: int = 10,
+        partition: str = "dirichlet",
+        beta: float = 0.5,
+        seed: int = 0,
+        local_epochs: int = 10,
+        batch_size: int = 64,
+        lr: float = 0.01,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-5,
+        device: str = "auto",
+        num_threads: Optional[int] = None,
+        train_task_name: str = AppConstants.TASK_TRAIN,
+    ):
+        super().__init__()
+        if isinstance(dataset, str):
+            check_choice("dataset", dataset, DATASETS)
+        elif not isinstance(dataset, Dataset):
+            raise ValueError(f"dataset must be a dataset name or a torch Dataset, got {type(dataset).__name__}")
+        if data_root is not None and not os.path.isdir(os.path.expanduser(data_root)) and not download:
+            raise ValueError(f"data_root {data_root!r} is not a folder; create it or set download=True")
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model must be an nn.Module such as nvflare_moon.models.Network, got {model!r}")
+        check_number("num_sites", num_sites, low=1, integer=True)
+        check_choice("partition", partition, PARTITION_METHODS)
+        check_number("beta", beta, low=0, low_inclusive=False)
+        check_number("seed", seed, low=0, integer=True)
+        check_number("local_epochs", local_epochs, low=1, integer=True)
+        check_number("batch_size", batch_size, low=1, integer=True)
+        check_number("lr", lr, low=0, low_inclusive=False)
+        check_number("momentum", momentum, low=0)
+        check_number("weight_decay", weight_decay, low=0)
+        resolve_device(device)
+        if num_threads is not None:
+            check_number("num_threads", num_threads, low=1, integer=True)
+        self.dataset = dataset
+        self.data_root = data_root
+        self.download = download
+        self.model = model
+        self.num_sites = num_sites
+        self.partition = partition
+        self.beta = beta
+        self.seed = seed
+        self.local_epochs = local_epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.momentum = momentum
+        self.weight_decay = weight_decay
+        self.device = device
+        self.num_threads = num_threads
+        self.train_task_name = train_task_name
+        self._net: Optional[nn.Module] = None
+        self._train_data = None
+        self._num_samples = 0
+        self._torch_device = torch.device("cpu")
+
+    # ---- set-up -----------------------------------------------------------------------------------------------
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext):
+        if event_type == EventType.START_RUN:
+            try:
+                self._setup(fl_ctx)
+            except Exception as e:
+                self.log_error(fl_ctx, f"cannot start training: {e}")
+                self.system_panic(f"{fl_ctx.get_identity_name()}: {e}", fl_ctx)
+
+    def _setup(self, fl_ctx: FLContext) -> None:
+        site = fl_ctx.get_identity_name()
+        torch.set_num_threads(resolve_num_threads(self.num_threads))
+        self._torch_device = resolve_device(self.device)
+        if isinstance(self.dataset, str):
+            splits = load_dataset(self.dataset, self.data_root, self.download)
+            self._train_data = site_train_arrays(splits, site, self.num_sites, self.partition, self.beta, self.seed)
+            check_num_classes(self.model, splits.num_classes, self.dataset)
+        else:
+            self._train_data = self.dataset
+        self._num_samples = len(self._train_data)
+        if self._num_samples < self.batch_size:
+            raise ValueError(f"site {site} has {self._num_samples} samples, fewer than batch_size={self.batch_size}")
+        self._net = self.model.to(self._torch_device)
+        self.log_info(
+            fl_ctx,
+            f"{site}: {self._num_samples} training samples, {self._num_samples // self.batch_size} batches/epoch, "
+            f"device {self._torch_device}, {torch.get_num_threads()} threads",
+        )
+
+    def _round_batches(self, site: str, round_number: int):
+        """The round's batches. The order is a function of (seed, site, round) alone, so a client process that is
+        restarted between rounds (the simulator with ``-t < -n``) trains exactly as one that lives on."""
+        seed = zlib.crc32(f"{self.seed}/{site}/{round_number}".encode())
+        if isinstance(self.dataset, str):
+            on_gpu = self._torch_device if self._torch_device.type == "cuda" else None
+            return TensorBatchLoader(
+                self._train_data, self.batch_size, train_transform(self.dataset), shuffle=True, drop_last=True,
+                seed=seed, device=on_gpu,
+            )  # fmt: skip
+        generator = torch.Generator().manual_seed(seed)
+        return DataLoader(self._train_data, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=generator)
+
+    # ---- the task ---------------------------------------------------------------------------------------------
+
+    def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        if task_name != self.train_task_name:
+            return make_reply(ReturnCode.TASK_UNKNOWN)
+        if self._net is None:
+            self.log_error(fl_ctx, "training was not set up; see the error logged at the start of the run")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        received = FLModelUtils.from_shareable(shareable, fl_ctx)
+        round_number = received.current_round or 0
+        site = fl_ctx.get_identity_name()
+        try:
+            load_numpy_state(self._net, received.params)
+        except ValueError as e:
+            self.log_error(fl_ctx, str(e))
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+
+        objective = self.make_objective(round_number, fl_ctx)
+        started = time.perf_counter()
+        result = train_local(
+            self._net,
+            self._round_batches(site, round_number),
+            objective,
+            sgd(self._net, self.lr, self.momentum, self.weight_decay),
+            self.local_epochs,
+            self._torch_device,
+            should_stop=lambda: abort_signal.triggered,
+            after_step=self.after_step,
+        )
+        if result.aborted:
+            self.log_info(fl_ctx, f"{site}: round {round_number} aborted")
+            return make_reply(ReturnCode.TASK_ABORTED)
+        seconds = time.perf_counter() - started
+        terms = result.mean_terms
+        if not all(np.isfinite(v) for v in terms.values()):
+            self.log_error(
+                fl_ctx, f"{site}: training diverged in round {round_number} (loss terms {terms}); lower lr={self.lr}"
+            )
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        self.after_training(round_number, fl_ctx)
+        self.log_info(
+            fl_ctx,
+            f"{site}: round {round_number} trained {result.steps} steps in {seconds:.1f} s "
+            f"({result.steps * self.batch_size / seconds:.0f} img/s); "
+            + ", ".join(f"{k} {v:.4f}" for k, v in sorted(terms.items())),
+        )
+        reply = FLModel(
+            params=state_dict_to_numpy(self._net),
+            params_type=ParamsType.FULL,
+            metrics={f"train_{k}": v for k, v in terms.items()},
+            meta={"num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: result.steps, **self.extra_meta()},
+        )
+        return FLModelUtils.to_shareable(reply)
+
+    # ---- what methods change ----------------------------------------------------------------------------------
+
+    def make_objective(self, round_number: int, fl_ctx: FLContext):
+        """The round's local objective; called after the global weights are loaded into the local model."""
+        return CrossEntropyObjective()
+
+    def after_step(self) -> None:
+        """Runs after every optimizer step."""
+
+    def after_training(self, round_number: int, fl_ctx: FLContext) -> None:
+        """Runs once the round's training succeeded, before the reply is sent: persist state here."""
+
+    def extra_meta(self) -> Dict[str, Any]:
+        """Extra numpy/plain values to send beside the weights."""
+        return {}
+
+    def state_store(self, name: str, fl_ctx: FLContext) -> SiteStateStore:
+        """A job-scoped store in this site's run directory (never the working directory, shared by POC jobs)."""
+        job_id = fl_ctx.get_job_id()
+        run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(job_id)
+        return SiteStateStore(os.path.join(run_dir, "nvflare_moon"), name, fl_ctx.get_identity_name(), job_id)

@@ -1,0 +1,111 @@
+"""Networks shared by every method: an encoder, MOON's projection head and a classifier on the projection.
+
+    h = encoder(x)                 features, F-dimensional
+    z = l2(relu(l1(h)))            projection, out_dim-dimensional (no activation after l2)
+    logits = l3(z)                 the classifier reads the projection, as in the MOON reference code
+
+FedAvg, FedProx, SCAFFOLD and SOLO use this same network so that comparisons are fair.
+"""
+
+from typing import NamedTuple, Optional
+
+import torch
+import torch.nn as nn
+import torchvision
+
+
+class ModelOutput(NamedTuple):
+    features: torch.Tensor  # h
+    projection: torch.Tensor  # z
+    logits: torch.Tensor
+
+
+class ProjectionModel(nn.Module):
+    """Wrap any backbone that maps a batch to ``feat_dim`` features with MOON's projection head and classifier.
+
+    Args:
+        backbone: module returning ``[B, feat_dim]`` (or anything that flattens to it).
+        feat_dim: F, the backbone's output size.
+        out_dim: size of the projection z (256 in the papers).
+        num_classes: K.
+    """
+
+    def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int, out_dim: int = 256):
+        super().__init__()
+        for name, value in (("feat_dim", feat_dim), ("num_classes", num_classes), ("out_dim", out_dim)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.backbone = backbone
+        self.l1 = nn.Linear(feat_dim, feat_dim)
+        self.l2 = nn.Linear(feat_dim, out_dim)
+        self.l3 = nn.Linear(out_dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> ModelOutput:
+        h = torch.flatten(self.backbone(x), 1)
+        z = self.l2(torch.relu(self.l1(h)))
+        return ModelOutput(h, z, self.l3(z))
+
+
+class SimpleCNN(nn.Sequential):
+    """The MOON paper's CIFAR-10 encoder: two 5×5 conv/ReLU/max-pool stages, then fc 400→120→84 (F = 84)."""
+
+    feat_dim = 84
+
+    def __init__(self):
+        super().__init__(
+            nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(16 * 5 * 5, 120), nn.ReLU(),
+            nn.Linear(120, 84), nn.ReLU(),
+        )  # fmt: skip
+
+
+def cifar_resnet50() -> nn.Module:
+    """torchvision's ResNet-50 adapted to 32×32 inputs: 3×3 stride-1 stem, no max-pool, fc removed (F = 2048)."""
+    net = torchvision.models.resnet50(weights=None)
+    net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    net.maxpool = nn.Identity()
+    net.fc = nn.Identity()
+    return net
+
+
+BACKBONES = {
+    "simple_cnn": (SimpleCNN, SimpleCNN.feat_dim),
+    "resnet50": (cifar_resnet50, 2048),
+}
+
+
+class Network(ProjectionModel):
+    """A named backbone (``"simple_cnn"`` or ``"resnet50"``) with the projection head and classifier.
+
+    Its arguments are plain values, so NVFlare job configs can build it:
+    ``{"path": "nvflare_moon.models.Network", "args": {"arch": "simple_cnn", "num_classes": 10}}``.
+    ``seed`` fixes the initial weights (without touching the global RNG), so that runs are reproducible; None draws
+    them from torch's global RNG.
+    """
+
+    _always_serialize_args = ("arch", "num_classes", "out_dim", "seed")  # exported configs show the architecture
+
+    def __init__(self, arch: str = "simple_cnn", num_classes: int = 10, out_dim: int = 256, seed: Optional[int] = 0):
+        if arch not in BACKBONES:
+            raise ValueError(f"arch must be one of {sorted(BACKBONES)}, got {arch!r}")
+        make_backbone, feat_dim = BACKBONES[arch]
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            super().__init__(make_backbone(), feat_dim=feat_dim, num_classes=num_classes, out_dim=out_dim)
+        self.arch = arch
+        self.num_classes = num_classes
+        self.out_dim = out_dim
+        self.seed = seed
+
+
+def check_num_classes(model: nn.Module, num_classes: int, dataset: str) -> None:
+    """Fail early, naming both settings, when the classifier does not fit the dataset."""
+    classifier = getattr(model, "l3", None)
+    if isinstance(classifier, nn.Linear) and classifier.out_features != num_classes:
+        raise ValueError(
+            f"model has {classifier.out_features} outputs but dataset {dataset!r} has {num_classes} classes; "
+            f"set the model's num_classes={num_classes}"
+        )

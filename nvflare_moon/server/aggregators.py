@@ -1,0 +1,80 @@
+"""Aggregators for NVFlare's ``FedAvg`` controller (``ModelAggregator``: accept one site's result at a time)."""
+
+from typing import Dict, List, NamedTuple
+
+import numpy as np
+
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
+from nvflare.app_common.app_constant import AppConstants
+
+from ..aggregation import normalized_weights, update_problem, weighted_average
+
+NUM_SAMPLES = "num_samples"
+
+
+class SiteUpdate(NamedTuple):
+    num_samples: float
+    params: Dict[str, np.ndarray]
+    metrics: Dict[str, float]
+
+
+class WeightedFedAvgAggregator(ModelAggregator):
+    """Weighted FedAvg over the sites that answered: ``w = Σ_k (n_k / Σ_j n_j)·w_k``, n_k the site's sample count.
+
+    Updates with NaN/Inf, missing or extra keys or wrong shapes are rejected with a warning naming the site; the round
+    goes on with the others (the controller fails the round if none is left). The result's ``metrics`` are the
+    weighted means of the sites' training metrics, and its ``meta`` holds each site's metrics and weight for logging.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._updates: Dict[str, SiteUpdate] = {}
+
+    def accept_model(self, model: FLModel) -> bool:
+        meta = model.meta or {}
+        site = meta.get("client_name", "unknown site")
+        num_samples = meta.get(NUM_SAMPLES)
+        reference = next(iter(self._updates.values())).params if self._updates else None
+        problem = update_problem(model.params or {}, reference)
+        if problem is None and not (isinstance(num_samples, (int, float, np.number)) and 0 < num_samples < np.inf):
+            problem = f"meta[{NUM_SAMPLES!r}] must be a positive number, got {num_samples!r}"
+        if problem is not None:
+            self.warning(f"rejected the update of {site} in round {self._round()}: {problem}")
+            return False
+        metrics = {k: float(v) for k, v in (model.metrics or {}).items() if isinstance(v, (int, float, np.number))}
+        self._updates[site] = SiteUpdate(float(num_samples), model.params, metrics)
+        return True
+
+    def aggregate_model(self) -> FLModel:
+        if not self._updates:
+            raise RuntimeError(f"round {self._round()}: no valid update to aggregate; see the warnings above")
+        sites = sorted(self._updates)
+        weights = normalized_weights([self._updates[s].num_samples for s in sites])
+        params = self.combine([self._updates[s].params for s in sites], weights)
+        site_metrics = {s: self._updates[s].metrics for s in sites}
+        self.info(f"round {self._round()}: aggregated {len(sites)} sites, weights {dict(zip(sites, weights.round(4)))}")
+        result = FLModel(
+            params=params,
+            params_type=ParamsType.FULL,
+            metrics=_weighted_metric_means(site_metrics, dict(zip(sites, weights))),
+            meta={"site_metrics": site_metrics, "site_weights": {s: float(w) for s, w in zip(sites, weights)}},
+        )
+        self.reset_stats()
+        return result
+
+    def combine(self, models: List[Dict[str, np.ndarray]], weights: np.ndarray) -> Dict[str, np.ndarray]:
+        """The aggregate of the accepted models; other aggregators change only this."""
+        return weighted_average(models, weights)
+
+    def reset_stats(self):
+        self._updates = {}
+
+    def _round(self):
+        return self.fl_ctx.get_prop(AppConstants.CURRENT_ROUND) if self.fl_ctx else None
+
+
+def _weighted_metric_means(site_metrics: Dict[str, Dict[str, float]], weights: Dict[str, float]) -> Dict[str, float]:
+    """Weighted mean of every metric that all sites report."""
+    shared = set.intersection(*(set(m) for m in site_metrics.values()))
+    return {name: sum(weights[s] * m[name] for s, m in site_metrics.items()) for name in sorted(shared)}

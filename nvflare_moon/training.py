@@ -1,0 +1,134 @@
+"""Framework-free local training: the round's objective, the SGD loop and evaluation.
+
+Nothing here knows about NVFlare, so every method's math can be tested on plain tensors. An *objective* maps the local
+model's output on a batch to ``(loss, terms)``, where ``terms`` are the named parts of the loss that get reported.
+"""
+
+import copy
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .losses import model_contrastive_loss
+from .models import ModelOutput
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+LossTerms = Dict[str, torch.Tensor]
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A copy in eval mode that takes no gradient: how MOON runs the global and previous models."""
+    frozen = copy.deepcopy(model).eval()
+    frozen.requires_grad_(False)
+    return frozen
+
+
+class CrossEntropyObjective:
+    """FedAvg's local objective: CE(logits, y)."""
+
+    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+        ce = F.cross_entropy(out.logits, y)
+        return ce, {"ce": ce}
+
+
+class MoonObjective(CrossEntropyObjective):
+    """MOON's local objective: CE(logits, y) + μ·ℓ_con(z, z_glob, z_prev), see :func:`model_contrastive_loss`.
+
+    Args:
+        global_model: the round's received global model, frozen.
+        previous_models: the party's previous local models, oldest first, frozen; empty drops the term.
+        mu: μ ≥ 0.
+        temperature: τ > 0.
+    """
+
+    def __init__(self, global_model: nn.Module, previous_models: Sequence[nn.Module], mu: float, temperature: float):
+        self.global_model = global_model
+        self.previous_models = list(previous_models)
+        self.mu = mu
+        self.temperature = temperature
+
+    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+        ce, terms = super().__call__(out, x, y)
+        if not self.previous_models:
+            return ce, terms
+        with torch.no_grad():
+            z_glob = self.global_model(x).projection
+            z_prev = [m(x).projection for m in self.previous_models]
+        contrastive = model_contrastive_loss(out.projection, z_glob, z_prev, self.temperature)
+        terms["contrastive"] = contrastive
+        return ce + self.mu * contrastive, terms
+
+
+@dataclass
+class TrainResult:
+    steps: int = 0
+    aborted: bool = False
+    mean_terms: Dict[str, float] = field(default_factory=dict)
+
+
+def train_local(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    objective: Callable[[ModelOutput, torch.Tensor, torch.Tensor], Tuple[torch.Tensor, LossTerms]],
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    device: torch.device,
+    should_stop: Callable[[], bool] = lambda: False,
+    after_step: Optional[Callable[[], None]] = None,
+    log: Optional[Callable[[str], None]] = None,
+) -> TrainResult:
+    """Run ``epochs`` passes of SGD over ``batches`` on ``objective``; report the mean of every loss term.
+
+    ``should_stop`` is polled before every step (NVFlare's abort signal); ``after_step`` runs after every optimizer
+    step (SCAFFOLD's correction).
+    """
+    model.train()
+    totals: Dict[str, torch.Tensor] = {}
+    result = TrainResult()
+    for epoch in range(epochs):
+        for x, y in batches:
+            if should_stop():
+                result.aborted = True
+                return result
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            loss, terms = objective(model(x), x, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if after_step is not None:
+                after_step()
+            terms["loss"] = loss
+            for name, value in terms.items():
+                totals[name] = totals.get(name, 0.0) + value.detach()
+            result.steps += 1
+        if log is not None and result.steps:
+            log(f"epoch {epoch + 1}/{epochs}: loss {float(totals['loss']) / result.steps:.4f}")
+    result.mean_terms = {name: float(total) / max(result.steps, 1) for name, total in totals.items()}
+    return result
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: Iterable[Batch], device: torch.device) -> Dict[str, float]:
+    """Top-1 accuracy and mean cross-entropy of ``model`` over ``batches``."""
+    model.eval()
+    correct, loss_sum, count = 0, 0.0, 0
+    for x, y in batches:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        logits = model(x).logits
+        loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+        correct += int((logits.argmax(dim=1) == y).sum())
+        count += len(y)
+    if count == 0:
+        raise ValueError("evaluate() got an empty dataset")
+    return {"accuracy": correct / count, "loss": loss_sum / count}
+
+
+def sgd(model: nn.Module, lr: float, momentum: float, weight_decay: float) -> torch.optim.SGD:
+    """The papers' optimiser. A new one every round: MOON does not carry the momentum buffer across rounds."""
+    return torch.optim.SGD(
+        [p for p in model.parameters() if p.requires_grad], lr=lr, momentum=momentum, weight_decay=weight_decay
+    )
+

@@ -1,0 +1,23 @@
+"""Argument checks shared by every component, with messages that name the argument and its valid range."""
+
+import math
+from typing import Any, Iterable, Optional
+
+
+def check_number(
+    name: str, value: Any, *, low: Optional[float] = None, low_inclusive: bool = True, integer: bool = False
+) -> None:
+    """Raise ValueError unless ``value`` is a finite number (an int if ``integer``) above ``low``."""
+    kind = "an integer" if integer else "a number"
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or not math.isfinite(value):
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    if low is not None and (value < low or (value == low and not low_inclusive)):
+        bound = f">= {low}" if low_inclusive else f"> {low}"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
+    choices = sorted(choices)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")

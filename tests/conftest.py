@@ -1,0 +1,52 @@
+"""Helpers for the end-to-end tests, which run NVFlare's real simulator as a subprocess (as NVFlare's own tests do)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_CIFAR10 = REPO.parent / "shared" / "data" / "cifar10"
+
+
+class SimulatorRun:
+    def __init__(self, workspace: Path, completed: subprocess.CompletedProcess):
+        self.workspace = workspace
+        self.returncode = completed.returncode
+        self.output = completed.stdout
+
+    def server_dir(self) -> Path:
+        return self.workspace / "server" / "simulate_job"
+
+    def site_dir(self, site: str) -> Path:
+        return self.workspace / site / "simulate_job"
+
+    def global_metrics(self) -> list:
+        path = self.server_dir() / "global_metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300) -> SimulatorRun:
+    cmd = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir),
+           "-w", str(workspace), "-n", str(n), "-t", str(t)]  # fmt: skip
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    completed = subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env, cwd=workspace.parent
+    )
+    return SimulatorRun(Path(workspace), completed)
+
+
+@pytest.fixture
+def simulate(tmp_path):
+    """Export a recipe and run it in the simulator: ``simulate(recipe, n=3, t=2)``."""
+
+    def _simulate(recipe, n: int, t: int, tag: str = "", timeout: float = 300) -> SimulatorRun:
+        jobs = tmp_path / f"jobs{tag}"
+        recipe.export(str(jobs))
+        (job_dir,) = [p for p in jobs.iterdir() if p.is_dir()]
+        return run_simulator(job_dir, tmp_path / f"ws{tag}", n, t, timeout)
+
+    return _simulate

@@ -1,0 +1,103 @@
+"""The committed job folders, and how bad settings are refused."""
+
+import filecmp
+import json
+
+import pytest
+
+from nvflare_moon.executors import FedAvgExecutor, MoonExecutor
+from nvflare_moon.export_jobs import JOBS, export_all
+from nvflare_moon.models import Network
+from nvflare_moon.recipes import MoonRecipe
+
+from .conftest import REPO, run_simulator
+
+
+def tree_differences(a, b):
+    cmp = filecmp.dircmp(a, b)
+    diffs = [f"{a}/{name}" for name in cmp.left_only + cmp.right_only + cmp.diff_files + cmp.funny_files]
+    for sub in cmp.common_dirs:
+        diffs += tree_differences(f"{a}/{sub}", f"{b}/{sub}")
+    return diffs
+
+
+def test_committed_job_folders_are_exactly_what_the_recipes_export(tmp_path):
+    export_all(str(tmp_path))
+    for name in JOBS:
+        assert not tree_differences(str(REPO / "jobs" / name), str(tmp_path / name)), (
+            f"jobs/{name} differs from its recipe: run python -m nvflare_moon.export_jobs"
+        )
+
+
+def test_main_job_has_the_papers_defaults():
+    client = json.loads((REPO / "jobs/moon_cifar10/app/config/config_fed_client.json").read_text())
+    args = client["executors"][0]["executor"]["args"]
+    expected = dict(mu=5.0, temperature=0.5, num_previous_models=1, dataset="cifar10", num_sites=10, beta=0.5, seed=0,
+                    local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, weight_decay=1e-5)  # fmt: skip
+    assert {k: args[k] for k in expected} == expected
+    assert args["model"]["args"]["arch"] == "simple_cnn"
+    server = json.loads((REPO / "jobs/moon_cifar10/app/config/config_fed_server.json").read_text())
+    assert server["workflows"][0]["args"]["num_rounds"] == 100
+    meta = json.loads((REPO / "jobs/moon_cifar10/meta.json").read_text())
+    assert meta["min_clients"] == 10
+    # a custom/ folder makes the job BYOC, so it passes NVFlare's default class allow-list
+    assert (REPO / "jobs/moon_cifar10/app/custom").is_dir()
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"mu": -1.0}, "mu"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"num_previous_models": 0}, "num_previous_models"),
+        ({"dataset": "mnist"}, "dataset"),
+        ({"beta": 0}, "beta"),
+        ({"lr": float("nan")}, "lr"),
+        ({"partition": "shards"}, "partition"),
+        ({"data_root": "/no/such/folder", "download": False}, "data_root"),
+    ],
+)
+def test_bad_executor_arguments_are_refused_by_name(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        MoonExecutor(model=Network(), **kwargs)
+
+
+def test_executor_needs_a_module():
+    with pytest.raises(ValueError, match="model"):
+        FedAvgExecutor(model="simple_cnn")
+
+
+def test_bad_recipe_arguments_are_refused_by_name():
+    with pytest.raises(ValueError, match="num_sites"):
+        MoonRecipe(min_clients=10, num_sites=5)
+    with pytest.raises(ValueError, match="arch"):
+        MoonRecipe(arch="vgg")
+
+
+def edit_job(job_dir, old, new):
+    for config in (job_dir / "app" / "config").glob("*.json"):
+        config.write_text(config.read_text().replace(old, new))
+
+
+@pytest.mark.e2e
+def test_bad_setting_in_a_job_stops_the_simulator_naming_it(tmp_path):
+    MoonRecipe(name="bad", min_clients=2, num_rounds=2, dataset="synthetic").export(str(tmp_path / "jobs"))
+    edit_job(tmp_path / "jobs" / "bad", '"mu": 5.0', '"mu": -1.0')
+    run = run_simulator(tmp_path / "jobs" / "bad", tmp_path / "ws", n=2, t=2, timeout=120)
+    # NVFlare's simulator ends the run when a client's config fails, but exits 0 (its choice, not ours).
+    assert "mu must be >= 0, got -1.0" in run.output
+    assert "trained" not in run.output and not run.global_metrics()
+
+
+@pytest.mark.e2e
+def test_missing_dataset_stops_the_run_saying_where_it_looked(tmp_path):
+    empty = tmp_path / "empty_data"
+    empty.mkdir()
+    MoonRecipe(name="nodata", min_clients=2, num_rounds=2, data_root=str(empty), download=False).export(
+        str(tmp_path / "jobs")
+    )
+    run = run_simulator(tmp_path / "jobs" / "nodata", tmp_path / "ws", n=2, t=2, timeout=120)
+    assert run.returncode != 0
+    assert "dataset 'cifar10' not found" in run.output and str(empty / "cifar-10-batches-py") in run.output
+    assert "download=True" in run.output
+    assert "trained" not in run.output

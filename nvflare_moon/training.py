@@ -1,22 +1,19 @@
-"""Framework-free local training: the round's objective, the SGD loop and evaluation.
-
-Nothing here knows about NVFlare, so every method's math can be tested on plain tensors. An *objective* maps the local
-model's output on a batch to ``(loss, terms)``, where ``terms`` are the named parts of the loss that get reported.
+"""Framework-free local training: the SGD loop over a round's objective (see :mod:`nvflare_moon.objectives`),
+frozen model copies and evaluation. Nothing here knows about NVFlare, so every method can be tested on plain tensors.
 """
 
 import copy
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .losses import model_contrastive_loss
 from .models import ModelOutput
+from .objectives import LossTerms
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
-LossTerms = Dict[str, torch.Tensor]
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
@@ -24,42 +21,6 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     frozen = copy.deepcopy(model).eval()
     frozen.requires_grad_(False)
     return frozen
-
-
-class CrossEntropyObjective:
-    """FedAvg's local objective: CE(logits, y)."""
-
-    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
-        ce = F.cross_entropy(out.logits, y)
-        return ce, {"ce": ce}
-
-
-class MoonObjective(CrossEntropyObjective):
-    """MOON's local objective: CE(logits, y) + μ·ℓ_con(z, z_glob, z_prev), see :func:`model_contrastive_loss`.
-
-    Args:
-        global_model: the round's received global model, frozen.
-        previous_models: the party's previous local models, oldest first, frozen; empty drops the term.
-        mu: μ ≥ 0.
-        temperature: τ > 0.
-    """
-
-    def __init__(self, global_model: nn.Module, previous_models: Sequence[nn.Module], mu: float, temperature: float):
-        self.global_model = global_model
-        self.previous_models = list(previous_models)
-        self.mu = mu
-        self.temperature = temperature
-
-    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
-        ce, terms = super().__call__(out, x, y)
-        if not self.previous_models:
-            return ce, terms
-        with torch.no_grad():
-            z_glob = self.global_model(x).projection
-            z_prev = [m(x).projection for m in self.previous_models]
-        contrastive = model_contrastive_loss(out.projection, z_glob, z_prev, self.temperature)
-        terms["contrastive"] = contrastive
-        return ce + self.mu * contrastive, terms
 
 
 @dataclass

@@ -29,7 +29,8 @@ from ..data import DATASETS, PARTITION_METHODS, TensorBatchLoader, load_dataset,
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
 from ..state import SiteStateStore
-from ..training import CrossEntropyObjective, sgd, train_local
+from ..objectives import CrossEntropyObjective
+from ..training import sgd, train_local
 from ..validation import check_choice, check_number
 
 

@@ -10,7 +10,8 @@ from typing import List
 from nvflare.apis.fl_context import FLContext
 
 from ..state import StateUnusable, tensor_signature
-from ..training import MoonObjective, frozen_copy
+from ..objectives import MoonObjective
+from ..training import frozen_copy
 from ..validation import check_number
 from .fedavg import FedAvgExecutor
 

@@ -1,0 +1,40 @@
+import os
+
+import pytest
+import torch
+
+from nvflare_moon import runtime
+
+
+def test_worker_count_is_read_from_the_simulator_command_line(tmp_path, monkeypatch):
+    cmdline = "\0".join(["python", "-m", "nvflare.private.fed.app.simulator.simulator", "job", "-n", "10", "-t", "4"])
+    proc = tmp_path / "proc" / "123"
+    proc.mkdir(parents=True)
+    (proc / "cmdline").write_bytes(cmdline.encode())
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(str(p).replace("/proc", str(tmp_path / "proc")), *a, **k))
+    assert runtime.simulator_worker_count(["worker", "--parent_pid", "123"]) == 4
+    assert runtime.simulator_worker_count(["worker"]) is None
+    assert runtime.simulator_worker_count(["worker", "--parent_pid", "999"]) is None
+
+
+def test_threads_share_the_cores_among_simulator_workers(monkeypatch):
+    monkeypatch.setattr(runtime, "simulator_worker_count", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert runtime.resolve_num_threads(None) == 4
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert runtime.resolve_num_threads(None) == 1  # -t 4 on 2 cores: one thread each, not 8 competing
+    assert runtime.resolve_num_threads(3) == 3  # an explicit setting wins
+
+
+def test_outside_the_simulator_torch_keeps_its_default(monkeypatch):
+    monkeypatch.setattr(runtime, "simulator_worker_count", lambda: None)
+    assert runtime.resolve_num_threads(None) == torch.get_num_threads()
+
+
+def test_device_auto_falls_back_to_cpu_and_a_missing_gpu_is_named():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    assert runtime.resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match="device='cuda'"):
+        runtime.resolve_device("cuda")

@@ -28,22 +28,42 @@ class ProjectionModel(nn.Module):
         feat_dim: F, the backbone's output size.
         out_dim: size of the projection z (256 in the papers).
         num_classes: K.
+        predictor_hidden_dim: when set, add FedSiam-DA's SimSiam predictor ``p = predictor(z)``
+            (out_dim → predictor_hidden_dim → out_dim, Linear–BN–ReLU–Linear; the paper's 256→64→256 is 64). It is
+            part of the state dict, so it is aggregated with the rest of the model. None: no predictor.
     """
 
-    def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int, out_dim: int = 256):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        feat_dim: int,
+        num_classes: int,
+        out_dim: int = 256,
+        predictor_hidden_dim: Optional[int] = None,
+    ):
         super().__init__()
-        for name, value in (("feat_dim", feat_dim), ("num_classes", num_classes), ("out_dim", out_dim)):
+        sizes = [("feat_dim", feat_dim), ("num_classes", num_classes), ("out_dim", out_dim)]
+        if predictor_hidden_dim is not None:
+            sizes.append(("predictor_hidden_dim", predictor_hidden_dim))
+        for name, value in sizes:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.backbone = backbone
         self.l1 = nn.Linear(feat_dim, feat_dim)
         self.l2 = nn.Linear(feat_dim, out_dim)
         self.l3 = nn.Linear(out_dim, num_classes)
+        # created last, so that the other layers' initial weights do not depend on it
+        self.predictor = None if predictor_hidden_dim is None else simsiam_predictor(out_dim, predictor_hidden_dim)
 
     def forward(self, x: torch.Tensor) -> ModelOutput:
         h = torch.flatten(self.backbone(x), 1)
         z = self.l2(torch.relu(self.l1(h)))
         return ModelOutput(h, z, self.l3(z))
+
+
+def simsiam_predictor(dim: int, hidden_dim: int) -> nn.Sequential:
+    """SimSiam's prediction MLP (Chen and He, CVPR 2021): Linear(dim→hidden)–BN–ReLU–Linear(hidden→dim)."""
+    return nn.Sequential(nn.Linear(dim, hidden_dim), nn.BatchNorm1d(hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, dim))
 
 
 class SimpleCNN(nn.Sequential):
@@ -82,23 +102,34 @@ class Network(ProjectionModel):
     Its arguments are plain values, so NVFlare job configs can build it:
     ``{"path": "nvflare_moon.models.Network", "args": {"arch": "simple_cnn", "num_classes": 10}}``.
     ``seed`` fixes the initial weights (without touching the global RNG), so that runs are reproducible; None draws
-    them from torch's global RNG.
+    them from torch's global RNG. ``predictor_hidden_dim`` adds FedSiam-DA's predictor (see :class:`ProjectionModel`).
     """
 
     _always_serialize_args = ("arch", "num_classes", "out_dim", "seed")  # exported configs show the architecture
 
-    def __init__(self, arch: str = "simple_cnn", num_classes: int = 10, out_dim: int = 256, seed: Optional[int] = 0):
+    def __init__(
+        self,
+        arch: str = "simple_cnn",
+        num_classes: int = 10,
+        out_dim: int = 256,
+        seed: Optional[int] = 0,
+        predictor_hidden_dim: Optional[int] = None,
+    ):
         if arch not in BACKBONES:
             raise ValueError(f"arch must be one of {sorted(BACKBONES)}, got {arch!r}")
         make_backbone, feat_dim = BACKBONES[arch]
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)
-            super().__init__(make_backbone(), feat_dim=feat_dim, num_classes=num_classes, out_dim=out_dim)
+            super().__init__(
+                make_backbone(), feat_dim=feat_dim, num_classes=num_classes, out_dim=out_dim,
+                predictor_hidden_dim=predictor_hidden_dim,
+            )  # fmt: skip
         self.arch = arch
         self.num_classes = num_classes
         self.out_dim = out_dim
         self.seed = seed
+        self.predictor_hidden_dim = predictor_hidden_dim
 
 
 def check_num_classes(model: nn.Module, num_classes: int, dataset: str) -> None:

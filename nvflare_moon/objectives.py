@@ -4,14 +4,18 @@
 built once per round, holding whatever the round needs (the frozen global model, previous models, prototypes).
 """
 
-from typing import Dict, Sequence, Tuple
+import copy
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .losses import model_contrastive_loss
+from nvflare.app_opt.pt.fedproxloss import PTFedProxLoss
+
+from .losses import model_contrastive_loss, prototype_contrastive_loss, representation_l2_loss, simsiam_distance
 from .models import ModelOutput
+from .prototypes import ClassMeanAccumulator
 
 LossTerms = Dict[str, torch.Tensor]
 
@@ -50,3 +54,179 @@ class MoonObjective(CrossEntropyObjective):
         contrastive = model_contrastive_loss(out.projection, z_glob, z_prev, self.temperature)
         terms["contrastive"] = contrastive
         return ce + self.mu * contrastive, terms
+
+
+class RepresentationL2Objective(CrossEntropyObjective):
+    """The MOON paper's loss ablation (Table 5): CE(logits, y) + μ·ℓ_ℓ2(z, z_glob), see :func:`representation_l2_loss`.
+
+    It keeps MOON's pull towards the global model's representation and drops the push away from the previous model,
+    so it needs no previous model and applies from round 0 on.
+
+    Args:
+        global_model: the round's received global model, frozen.
+        mu: μ ≥ 0.
+        squared: use the squared norm.
+    """
+
+    def __init__(self, global_model: nn.Module, mu: float, squared: bool = False):
+        self.global_model = global_model
+        self.mu = mu
+        self.squared = squared
+
+    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+        ce, terms = super().__call__(out, x, y)
+        with torch.no_grad():
+            z_glob = self.global_model(x).projection
+        penalty = representation_l2_loss(out.projection, z_glob, self.squared)
+        terms["representation_l2"] = penalty
+        return ce + self.mu * penalty, terms
+
+
+class FedProxObjective(CrossEntropyObjective):
+    """FedProx's local objective: CE(logits, y) + (μ/2)·Σ‖w − w_glob‖² over the parameters (NVFlare's
+    :class:`~nvflare.app_opt.pt.PTFedProxLoss`). The reported ``proximal`` term is the μ-weighted penalty.
+
+    Args:
+        model: the local model being trained (the penalty reads its parameters, not the batch's output).
+        global_model: the round's received global model, frozen.
+        mu: μ ≥ 0.
+    """
+
+    def __init__(self, model: nn.Module, global_model: nn.Module, mu: float):
+        self.model = model
+        self.global_model = global_model
+        self.proximal = PTFedProxLoss(mu=mu)
+
+    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+        ce, terms = super().__call__(out, x, y)
+        proximal = self.proximal(self.model, self.global_model)
+        terms["proximal"] = proximal
+        return ce + proximal, terms
+
+
+class FedSSCObjective:
+    """FedSSC's local objective: MOON's plus the prototype term, ``CE + μ_moon·ℓ_moon + μ_glob·ℓ_glob``.
+
+    ℓ_glob is :func:`prototype_contrastive_loss` of the batch against the shared class prototypes. Without prototypes
+    (round 0, or a site that never received any) the loss is exactly MOON's. After :meth:`record_class_means` (the
+    executor calls it before the last local epoch) every batch's projections also go into :attr:`class_means`, the
+    per-class running mean the site uploads.
+
+    Args:
+        moon: the round's MOON objective, ``CE + μ_moon·ℓ_moon`` (:class:`MoonObjective`).
+        prototypes: the shared prototypes ``[K, D]`` on the training device, or None.
+        available: ``[K]`` bool, the classes that have a prototype; None with ``prototypes``.
+        mu_glob: μ_glob ≥ 0.
+        temperature: τ > 0 of ℓ_glob (FedSSC uses MOON's).
+        num_classes: K.
+    """
+
+    def __init__(
+        self,
+        moon: Callable[[ModelOutput, torch.Tensor, torch.Tensor], Tuple[torch.Tensor, LossTerms]],
+        prototypes: Optional[torch.Tensor],
+        available: Optional[torch.Tensor],
+        mu_glob: float,
+        temperature: float,
+        num_classes: int,
+    ):
+        if (prototypes is None) != (available is None):
+            raise ValueError("prototypes and available must be given together")
+        self.moon = moon
+        self.prototypes = prototypes
+        self.available = available
+        self.mu_glob = mu_glob
+        self.temperature = temperature
+        self.num_classes = num_classes
+        self.class_means: Optional[ClassMeanAccumulator] = None
+
+    def record_class_means(self) -> None:
+        """From now on, accumulate the per-class mean projection of the training forward passes."""
+        self.class_means = ClassMeanAccumulator(self.num_classes)
+
+    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+        loss, terms = self.moon(out, x, y)
+        if self.class_means is not None:
+            self.class_means.add(out.projection, y)
+        if self.prototypes is None:
+            return loss, terms
+        prototype = prototype_contrastive_loss(out.projection, y, self.prototypes, self.available, self.temperature)
+        terms["prototype_contrastive"] = prototype
+        return loss + self.mu_glob * prototype, terms
+
+
+HISTORY_CHOICES = ("epoch", "round")
+
+
+class FedSiamDAObjective(CrossEntropyObjective):
+    """FedSiam-DA's local objective, three branches on the same batch:
+
+        ℓ = CE(local) + μ·[ ½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(z_l, stopgrad(z_h)) ],   D(p, z) = −cos(p, stopgrad(z))
+
+    - the local model gives z_l and p_l = predictor(z_l);
+    - a **trainable working copy of the received global model**, made here from ``local_model`` (which holds the
+      global weights when the round starts), gives z_g and p_g. It learns only through D(p_g, ·), with its own
+      optimizer stepped by :meth:`step_working_global` (pass it to ``train_local`` as ``after_step``), so it moves in
+      the same steps as the local model. It is discarded with the objective at the end of the round;
+    - a frozen history model gives z_h. The last term pushes the local model away from it; without one it is dropped.
+
+    Args:
+        local_model: the model being trained; it must have a predictor (``predictor_hidden_dim``).
+        previous_upload: the party's previous upload, frozen, or None (round 0, first participation).
+        mu: μ ≥ 0.
+        make_optimizer: builds the working copy's optimizer with the local one's settings,
+            e.g. ``lambda m: sgd(m, lr, momentum, weight_decay)``.
+        history: ``"epoch"`` (default): the local model at the end of the previous local epoch, and in the first epoch
+            ``previous_upload``; ``"round"``: ``previous_upload`` throughout, as in MOON.
+    """
+
+    def __init__(
+        self,
+        local_model: nn.Module,
+        previous_upload: Optional[nn.Module],
+        mu: float,
+        make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+        history: str = "epoch",
+    ):
+        if history not in HISTORY_CHOICES:
+            raise ValueError(f"history must be one of {list(HISTORY_CHOICES)}, got {history!r}")
+        if getattr(local_model, "predictor", None) is None:
+            raise ValueError(
+                "FedSiam-DA needs a model with the SimSiam predictor: build it with predictor_hidden_dim=64"
+            )
+        self.local_model = local_model
+        self.working_global = copy.deepcopy(local_model).train().requires_grad_(True)
+        self.working_optimizer = make_optimizer(self.working_global)
+        self.history_model = previous_upload
+        self.mu = mu
+        self.history = history
+
+    def start_epoch(self, epoch: int) -> None:
+        """Call before every local epoch (0-based): with ``history="epoch"`` the local model as it is now, at the end
+        of the previous epoch, becomes the history model."""
+        if self.history == "epoch" and epoch > 0:
+            from .training import frozen_copy  # deferred: training imports this module
+
+            self.history_model = frozen_copy(self.local_model)
+
+    def step_working_global(self) -> None:
+        """Apply the gradient the last backward left on the working global copy."""
+        self.working_optimizer.step()
+        self.working_optimizer.zero_grad(set_to_none=True)
+
+    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+        ce, terms = super().__call__(out, x, y)
+        z_l = out.projection
+        p_l = self.local_model.predictor(z_l)
+        z_g = self.working_global(x).projection
+        p_g = self.working_global.predictor(z_g)
+        siamese = 0.5 * simsiam_distance(p_g, z_l) + 0.5 * simsiam_distance(p_l, z_g)
+        terms["siamese"] = siamese
+        regularizer = siamese
+        if self.history_model is not None:
+            with torch.no_grad():
+                z_h = self.history_model(x).projection
+            history = -simsiam_distance(z_l, z_h)  # cos(z_l, stopgrad(z_h))
+            terms["history"] = history
+            regularizer = regularizer + history
+        return ce + self.mu * regularizer, terms

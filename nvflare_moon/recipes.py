@@ -3,8 +3,10 @@
     recipe = MoonRecipe(min_clients=10, num_rounds=100, data_root="/data")
     recipe.execute(SimEnv(num_clients=10, num_threads=4))      # or: recipe.export("jobs/moon_cifar10")
 
-Every recipe builds the same server (NVFlare's ``FedAvg`` controller with our weighted aggregator, a
-``PTFileModelPersistor`` and the once-per-round :class:`GlobalModelEvaluator`) and differs only in the client executor.
+Every recipe builds the same server (NVFlare's ``FedAvg`` controller, or :class:`SampledFedAvg` with
+``sample_fraction < 1``, with our weighted aggregator, a ``PTFileModelPersistor`` and the once-per-round
+:class:`GlobalModelEvaluator`) and differs in the client executor and, for SCAFFOLD, FedProx and FedSSC, in what the
+server sends beside the model (FedSiam-DA also changes how the aggregator combines the models).
 The committed folders in ``jobs/`` are exported from these recipes (``python -m nvflare_moon.export_jobs``).
 """
 
@@ -21,9 +23,15 @@ from nvflare.job_config.api import FedJob
 from nvflare.recipe.spec import Recipe
 
 from .data import NUM_CLASSES
-from .executors import FedAvgExecutor, MoonExecutor
+from .executors import (
+    FedAvgExecutor, FedProxExecutor, FedSiamDAExecutor, FedSSCExecutor, MoonExecutor, ScaffoldExecutor,
+)  # fmt: skip
 from .models import Network
-from .server import GlobalModelEvaluator, WeightedFedAvgAggregator
+from .sampling import sites_per_round
+from .server import (
+    DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, SampledFedAvg, ScaffoldAggregator,
+    WeightedFedAvgAggregator,
+)  # fmt: skip
 from .validation import check_number
 
 _BYOC_README = os.path.join(os.path.dirname(__file__), "job_custom", "README.md")
@@ -45,6 +53,9 @@ class FedAvgBaselineRecipe(Recipe):
         min_clients: sites trained per round (all of them unless ``num_sites`` is larger).
         num_rounds: communication rounds.
         num_sites: sites the data is split over; defaults to ``min_clients``. Run the simulator with ``-n num_sites``.
+        sample_fraction: partial participation: each round trains ``round(num_sites·sample_fraction)`` sites drawn
+            from ``seed`` and the round (:class:`SampledFedAvg`); the paper uses 0.2 with 100 sites. It needs
+            ``min_clients == num_sites``, so that every site is there for the draw. 1 trains every site.
         dataset, data_root, download, partition, beta, seed, local_epochs, batch_size, lr, momentum, weight_decay,
         device, num_threads: passed to the executor (see :class:`FedAvgExecutor`).
         arch: ``"simple_cnn"`` or ``"resnet50"``.
@@ -75,22 +86,33 @@ class FedAvgBaselineRecipe(Recipe):
         weight_decay: float = 1e-5,
         device: str = "auto",
         num_threads: Optional[int] = None,
+        sample_fraction: float = 1.0,
         byoc: bool = True,
     ):
         check_number("min_clients", min_clients, low=1, integer=True)
         check_number("num_rounds", num_rounds, low=1, integer=True)
         num_sites = min_clients if num_sites is None else num_sites
         check_number("num_sites", num_sites, low=min_clients, integer=True)
+        sites_per_round(num_sites, sample_fraction)
+        if sample_fraction < 1 and num_sites != min_clients:
+            raise ValueError(
+                f"sample_fraction={sample_fraction} samples from all sites: set min_clients={num_sites} (= num_sites)"
+            )
         if dataset not in NUM_CLASSES:
             raise ValueError(f"dataset must be one of {sorted(NUM_CLASSES)}, got {dataset!r}")
         self.min_clients = min_clients
         self.num_rounds = num_rounds
         self.num_sites = num_sites
         self.dataset = dataset
+        self.out_dim = out_dim
+        self.seed = seed
+        self.sample_fraction = sample_fraction
         self.byoc = byoc
 
         def network() -> Network:
-            return Network(arch=arch, num_classes=NUM_CLASSES[dataset], out_dim=out_dim, seed=seed)
+            return Network(
+                arch=arch, num_classes=NUM_CLASSES[dataset], out_dim=out_dim, seed=seed, **self.extra_network_args()
+            )
 
         data_args = dict(dataset=dataset, data_root=data_root, download=download)
         executor = self.make_executor(
@@ -104,9 +126,14 @@ class FedAvgBaselineRecipe(Recipe):
         job = FedJob(name=name, min_clients=min_clients)
         job.set_app_packages(["nvflare_moon"])
         job.to_server(PTModel(model=network()), id="persistor")
-        job.to_server(
-            FedAvg(num_clients=min_clients, num_rounds=num_rounds, aggregator=self.make_aggregator()), id="controller"
+        controller_args = dict(
+            num_clients=min_clients, num_rounds=num_rounds, aggregator=self.make_aggregator(), **self.controller_args()
         )
+        if sample_fraction < 1:
+            controller = SampledFedAvg(sample_fraction=sample_fraction, sample_seed=seed, **controller_args)
+        else:
+            controller = FedAvg(**controller_args)
+        job.to_server(controller, id="controller")
         job.to_server(GlobalModelEvaluator(model=network(), **data_args, device=device), id="global_evaluator")
         job.to_clients(executor, tasks=["train"])
         if byoc:
@@ -121,6 +148,14 @@ class FedAvgBaselineRecipe(Recipe):
     def make_aggregator(self) -> ModelAggregator:
         return WeightedFedAvgAggregator()
 
+    def controller_args(self) -> Dict[str, Any]:
+        """Extra arguments of NVFlare's FedAvg controller."""
+        return {}
+
+    def extra_network_args(self) -> Dict[str, Any]:
+        """Extra :class:`Network` arguments (FedSiam-DA's predictor), for the clients' and the server's model."""
+        return {}
+
 
 class MoonRecipe(FedAvgBaselineRecipe):
     """MOON (Li, He and Song, CVPR 2021) with the paper's CIFAR-10 defaults.
@@ -129,19 +164,140 @@ class MoonRecipe(FedAvgBaselineRecipe):
         mu: weight of the model-contrastive term (paper: 5 for CIFAR-10, 1 for CIFAR-100/Tiny-ImageNet, 10 at 50+ sites).
         temperature: τ (paper: 0.5).
         num_previous_models: how many previous local models serve as negatives (paper: 1).
+        representation_loss: ``"contrastive"`` (MOON), or the paper's ℓ2 ablation ``"l2"`` / ``"l2_squared"``
+            (see :class:`MoonExecutor`).
         **kwargs: every :class:`FedAvgBaselineRecipe` argument.
     """
 
     def __init__(
         self, *, name: str = "moon_cifar10", mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
-        **kwargs,
+        representation_loss: str = "contrastive", **kwargs,
     ):  # fmt: skip
         self.mu = mu
         self.temperature = temperature
         self.num_previous_models = num_previous_models
+        self.representation_loss = representation_loss
         super().__init__(name=name, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return MoonExecutor(
-            **common_args, mu=self.mu, temperature=self.temperature, num_previous_models=self.num_previous_models
+            **common_args, mu=self.mu, temperature=self.temperature, num_previous_models=self.num_previous_models,
+            representation_loss=self.representation_loss,
+        )  # fmt: skip
+
+
+class FedProxRecipe(FedAvgBaselineRecipe):
+    """FedProx (Li et al., MLSys 2020): FedAvg plus the proximal term (μ/2)·‖w − w_glob‖².
+
+    The FedAvg controller sends μ with every model (NVFlare's ``fedprox_mu`` convention); :class:`FedProxExecutor`
+    reads it.
+
+    Args:
+        mu: μ > 0 (the MOON paper's best: 0.01 for CIFAR-10, 0.001 for CIFAR-100 and Tiny-ImageNet).
+        **kwargs: every :class:`FedAvgBaselineRecipe` argument.
+    """
+
+    def __init__(self, *, name: str = "fedprox_cifar10", mu: float = 0.01, **kwargs):
+        check_number("mu", mu, low=0, low_inclusive=False)
+        self.mu = mu
+        super().__init__(name=name, **kwargs)
+
+    def make_executor(self, common_args: Dict[str, Any]) -> Executor:
+        return FedProxExecutor(**common_args)
+
+    def controller_args(self) -> Dict[str, Any]:
+        return {"fedprox_mu": self.mu}
+
+
+class ScaffoldRecipe(FedAvgBaselineRecipe):
+    """SCAFFOLD (Karimireddy et al., ICML 2020, option II) with the sites' controls persisted between rounds.
+
+    The server is the FedAvg controller with :class:`ScaffoldAggregator` (weighted FedAvg of the weights, and
+    ``c ← c + Σ Δc_i / N``); the clients run :class:`ScaffoldExecutor`. Takes every :class:`FedAvgBaselineRecipe`
+    argument.
+    """
+
+    def __init__(self, *, name: str = "scaffold_cifar10", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def make_executor(self, common_args: Dict[str, Any]) -> Executor:
+        return ScaffoldExecutor(**common_args)
+
+    def make_aggregator(self) -> ModelAggregator:
+        return ScaffoldAggregator(num_sites=self.num_sites)
+
+
+class FedSSCRecipe(MoonRecipe):
+    """FedSSC (shared supervised-contrastive FL) with the paper's defaults: MOON plus class prototypes that the server
+    draws from the sites (:class:`PrototypeSharingAggregator`) and sends back with the next global model.
+
+    Args:
+        mu_moon: weight of MOON's term (paper: 5, MOON's best μ for CIFAR-10; 1 for CIFAR-100 and Tiny-ImageNet).
+        mu_glob: weight of the prototype term (paper: 1).
+        temperature: τ of both terms (paper: 0.5).
+        num_previous_models: as for MOON (paper: 1).
+        min_class_count: the server draws a class's prototype only from sites with at least this many of its samples
+            in their last local epoch, and sites withhold the others (paper: 10).
+        prototype_clip_norm: clip each uploaded prototype to this L2 norm (None: off).
+        prototype_noise_std: σ of the Gaussian noise added to uploaded prototypes (0: off).
+        **kwargs: every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
+    """
+
+    def __init__(
+        self, *, name: str = "fedssc_cifar10", mu_moon: float = 5.0, mu_glob: float = 1.0, temperature: float = 0.5,
+        num_previous_models: int = 1, min_class_count: int = 10, prototype_clip_norm: Optional[float] = None,
+        prototype_noise_std: float = 0.0, **kwargs,
+    ):  # fmt: skip
+        self.mu_moon = mu_moon
+        self.mu_glob = mu_glob
+        self.min_class_count = min_class_count
+        self.prototype_clip_norm = prototype_clip_norm
+        self.prototype_noise_std = prototype_noise_std
+        super().__init__(
+            name=name, mu=mu_moon, temperature=temperature, num_previous_models=num_previous_models, **kwargs
         )
+
+    def make_executor(self, common_args: Dict[str, Any]) -> Executor:
+        return FedSSCExecutor(
+            **common_args, mu=self.mu_moon, temperature=self.temperature, num_previous_models=self.num_previous_models,
+            mu_glob=self.mu_glob, min_class_count=self.min_class_count, prototype_clip_norm=self.prototype_clip_norm,
+            prototype_noise_std=self.prototype_noise_std,
+        )  # fmt: skip
+
+    def make_aggregator(self) -> ModelAggregator:
+        return PrototypeSharingAggregator(
+            num_classes=NUM_CLASSES[self.dataset], prototype_dim=self.out_dim, min_class_count=self.min_class_count,
+            seed=self.seed,
+        )  # fmt: skip
+
+
+class FedSiamDARecipe(FedAvgBaselineRecipe):
+    """FedSiam-DA: Siamese local training (:class:`FedSiamDAExecutor`) on the network with a SimSiam predictor, and
+    dual aggregation on the server (:class:`DualAggregator`).
+
+    Args:
+        mu: weight μ of the Siamese and history terms (not published; default 1, worth a sweep).
+        history: ``"epoch"`` (default: the previous local epoch's model) or ``"round"`` (the previous round's upload).
+        predictor_hidden_dim: the predictor's hidden size (256→64→256 by default).
+        cosine_floor: ε that a non-positive cosine is clamped to in the dual aggregation.
+        **kwargs: every :class:`FedAvgBaselineRecipe` argument.
+    """
+
+    def __init__(
+        self, *, name: str = "fedsiam_da_cifar10", mu: float = 1.0, history: str = "epoch",
+        predictor_hidden_dim: int = 64, cosine_floor: float = 1e-6, **kwargs,
+    ):  # fmt: skip
+        self.mu = mu
+        self.history = history
+        self.predictor_hidden_dim = predictor_hidden_dim
+        self.cosine_floor = cosine_floor
+        super().__init__(name=name, **kwargs)
+
+    def make_executor(self, common_args: Dict[str, Any]) -> Executor:
+        return FedSiamDAExecutor(**common_args, mu=self.mu, history=self.history)
+
+    def make_aggregator(self) -> ModelAggregator:
+        return DualAggregator(cosine_floor=self.cosine_floor)
+
+    def extra_network_args(self) -> Dict[str, Any]:
+        return {"predictor_hidden_dim": self.predictor_hidden_dim}

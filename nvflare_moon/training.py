@@ -40,16 +40,20 @@ def train_local(
     should_stop: Callable[[], bool] = lambda: False,
     after_step: Optional[Callable[[], None]] = None,
     log: Optional[Callable[[str], None]] = None,
+    before_epoch: Optional[Callable[[int], None]] = None,
 ) -> TrainResult:
     """Run ``epochs`` passes of SGD over ``batches`` on ``objective``; report the mean of every loss term.
 
     ``should_stop`` is polled before every step (NVFlare's abort signal); ``after_step`` runs after every optimizer
-    step (SCAFFOLD's correction).
+    step (SCAFFOLD's correction); ``before_epoch(epoch)`` runs before every epoch, 0-based (FedSSC starts collecting
+    class means before the last one, FedSiam-DA takes its history snapshot).
     """
     model.train()
     totals: Dict[str, torch.Tensor] = {}
     result = TrainResult()
     for epoch in range(epochs):
+        if before_epoch is not None:
+            before_epoch(epoch)
         for x, y in batches:
             if should_stop():
                 result.aborted = True

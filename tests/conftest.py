@@ -39,14 +39,23 @@ def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300) -> S
     return SimulatorRun(Path(workspace), completed)
 
 
+# training settings of the end-to-end tests' tiny jobs: a second or so of training per site and round
+TINY_TRAINING = dict(dataset="synthetic", local_epochs=2, batch_size=32, lr=0.05)
+
+
+def export_and_run(recipe, root: Path, n: int, t: int, tag: str = "", timeout: float = 300) -> SimulatorRun:
+    """Export ``recipe`` to ``root/jobs<tag>`` and run its job in the simulator in ``root/ws<tag>``."""
+    jobs = root / f"jobs{tag}"
+    recipe.export(str(jobs))
+    (job_dir,) = [p for p in jobs.iterdir() if p.is_dir()]
+    return run_simulator(job_dir, root / f"ws{tag}", n, t, timeout)
+
+
 @pytest.fixture
 def simulate(tmp_path):
     """Export a recipe and run it in the simulator: ``simulate(recipe, n=3, t=2)``."""
 
     def _simulate(recipe, n: int, t: int, tag: str = "", timeout: float = 300) -> SimulatorRun:
-        jobs = tmp_path / f"jobs{tag}"
-        recipe.export(str(jobs))
-        (job_dir,) = [p for p in jobs.iterdir() if p.is_dir()]
-        return run_simulator(job_dir, tmp_path / f"ws{tag}", n, t, timeout)
+        return export_and_run(recipe, tmp_path, n, t, tag, timeout)
 
     return _simulate

@@ -67,3 +67,8 @@ def test_network_seed_fixes_initial_weights_without_touching_the_global_rng():
     assert torch.equal(torch.rand(1), expected_next)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     assert not torch.equal(Network(seed=4).l1.weight, a.l1.weight)
+
+
+def test_cifar_resnet50_takes_tiny_imagenet_64x64_input_to_2048_features():
+    out = Network("resnet50", num_classes=200).eval()(torch.zeros(1, 3, 64, 64))
+    assert out.features.shape == (1, 2048) and out.logits.shape == (1, 200)

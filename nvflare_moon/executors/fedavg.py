@@ -192,6 +192,7 @@ class FedAvgExecutor(Executor):
         site = fl_ctx.get_identity_name()
         try:
             load_numpy_state(self._net, received.params)
+            self.on_receive(received, fl_ctx)
         except ValueError as e:
             self.log_error(fl_ctx, str(e))
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
@@ -207,6 +208,7 @@ class FedAvgExecutor(Executor):
             self._torch_device,
             should_stop=lambda: abort_signal.triggered,
             after_step=self.after_step,
+            before_epoch=self.before_epoch,
         )
         if result.aborted:
             self.log_info(fl_ctx, f"{site}: round {round_number} aborted")
@@ -235,12 +237,19 @@ class FedAvgExecutor(Executor):
 
     # ---- what methods change ----------------------------------------------------------------------------------
 
+    def on_receive(self, received: FLModel, fl_ctx: FLContext) -> None:
+        """Runs once the global weights are loaded: read what the server sent beside them in ``received.meta``
+        (FedProx's μ, SCAFFOLD's global control). Raise ValueError, with the reason, to refuse the task."""
+
     def make_objective(self, round_number: int, fl_ctx: FLContext):
         """The round's local objective; called after the global weights are loaded into the local model."""
         return CrossEntropyObjective()
 
     def after_step(self) -> None:
         """Runs after every optimizer step."""
+
+    def before_epoch(self, epoch: int) -> None:
+        """Runs before every local epoch (0-based), after :meth:`make_objective`."""
 
     def after_training(self, round_number: int, fl_ctx: FLContext) -> None:
         """Runs once the round's training succeeded, before the reply is sent: persist state here."""

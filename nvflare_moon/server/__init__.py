@@ -1,6 +1,13 @@
 """Server components: aggregators for NVFlare's FedAvg controller and the once-per-round global evaluation."""
 
 from .aggregators import WeightedFedAvgAggregator
+from .dual_aggregation import DualAggregator
 from .evaluator import GlobalModelEvaluator
+from .prototypes import PrototypeSharingAggregator
+from .sampling import SampledFedAvg
+from .scaffold import ScaffoldAggregator
 
-__all__ = ["WeightedFedAvgAggregator", "GlobalModelEvaluator"]
+__all__ = [
+    "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
+    "PrototypeSharingAggregator", "DualAggregator",
+]

@@ -32,7 +32,9 @@ class GlobalModelEvaluator(FLComponent):
 
     After each aggregation it logs the global test accuracy and loss, writes them with the sites' mean training
     metrics to TensorBoard (``<run dir>/tb_events/global``) and appends one JSON line per round to
-    ``<run dir>/global_metrics.jsonl``.
+    ``<run dir>/global_metrics.jsonl``. Aggregate meta under keys starting with ``site_`` goes into the JSON line, and
+    the per-site scalars among it (``{site: number}``, e.g. FedSiam-DA's ``site_dual_weights``) into TensorBoard as
+    ``<key>/<site>``.
 
     Args:
         model: the same network as the clients'.
@@ -124,6 +126,11 @@ class GlobalModelEvaluator(FLComponent):
         for site, metrics in record.get("site_metrics", {}).items():
             for name, value in metrics.items():
                 self._writer.add_scalar(f"sites/{site}/{name}", value, round_number)
+        for key, per_site in record.items():  # per-site scalars: site_weights, FedSiam-DA's site_dual_weights, ...
+            if key.startswith("site_") and isinstance(per_site, dict):
+                for site, value in per_site.items():
+                    if isinstance(value, (int, float, np.number)):
+                        self._writer.add_scalar(f"{key}/{site}", value, round_number)
         self._writer.flush()
         with open(self._metrics_path, "a") as f:
             f.write(json.dumps(record, default=_to_builtin) + "\n")

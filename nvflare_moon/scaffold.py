@@ -1,0 +1,107 @@
+"""SCAFFOLD's control variates (Karimireddy et al., ICML 2020, option II), on NVFlare's ``PTScaffoldHelper``.
+
+Client, one round, with c the global control and c_i the site's own (both over the trainable parameters):
+
+    after every optimizer step:   w ← w − lr·(c − c_i)
+    at the end of the round:      c_i⁺ = c_i − c + (w_glob − w_i) / (steps·lr),   Δc_i = c_i⁺ − c_i
+
+Server, over the sites S that trained this round, N the number of sites:
+
+    c ← c + Σ_{i∈S} Δc_i / N
+
+so that c stays the mean of all N sites' controls, whether or not every site takes part in a round.
+Nothing here knows about NVFlare's runtime; the executor persists c_i between rounds.
+"""
+
+from typing import Dict, List, Mapping, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+from nvflare.app_opt.pt.scaffold import PTScaffoldHelper
+
+from .state import tensor_signature
+from .training import frozen_copy
+
+Controls = Dict[str, torch.Tensor]
+
+
+def trainable_signature(model: nn.Module) -> Dict[str, tuple]:
+    """Names, shapes and dtypes of the trainable parameters: what a stored control must match."""
+    return tensor_signature({name: p for name, p in model.named_parameters() if p.requires_grad})
+
+
+class ScaffoldRound:
+    """One round of SCAFFOLD on a site; build it after the global weights are loaded into ``model``.
+
+    Args:
+        model: the local model, holding the round's global weights.
+        lr: the optimizer's learning rate.
+        global_control: c as sent by the server (numpy or torch, by parameter name); None means zeros
+            (round 0, before the server has aggregated anything).
+        local_control: this site's c_i from its previous round; None means zeros (first participation).
+
+    Raises:
+        ValueError: a control does not match the model's trainable parameters.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        lr: float,
+        global_control: Optional[Mapping] = None,
+        local_control: Optional[Mapping] = None,
+    ):
+        self.model = model
+        self.lr = lr
+        self.helper = PTScaffoldHelper()
+        self.helper.init(model)
+        try:
+            if global_control is not None:
+                self.helper.load_global_controls(global_control)
+        except RuntimeError as e:
+            raise ValueError(f"the server's SCAFFOLD control does not fit this model: {e}") from e
+        if local_control is not None:
+            expected = trainable_signature(model)
+            got = tensor_signature({k: torch.as_tensor(v) for k, v in local_control.items()})
+            if got != expected:
+                raise ValueError("the site's SCAFFOLD control does not match the model's trainable parameters")
+            self.helper.c_local.load_state_dict({k: torch.as_tensor(v).cpu() for k, v in local_control.items()})
+        self.global_model = frozen_copy(model)
+        self._c_global, self._c_local = self.helper.get_params()
+
+    def after_step(self) -> None:
+        """The correction after every optimizer step: w ← w − lr·(c − c_i)."""
+        self.helper.model_update(self.model, self.lr, self._c_global, self._c_local)
+
+    @property
+    def steps(self) -> int:
+        return self.helper.cnt
+
+    def finish(self) -> Dict[str, np.ndarray]:
+        """Update c_i from the round's training and return Δc_i (numpy, for ``FLModel.meta``)."""
+        self.helper.terms_update(self.model, self.lr, self._c_global, self._c_local, self.global_model)
+        return self.helper.get_delta_controls()
+
+    @property
+    def local_control(self) -> Controls:
+        """c_i (after :meth:`finish`: c_i⁺), as CPU tensors; the helper's own (no copy: for ResNet-50 each is 113 MB),
+        so read or save them, do not modify them."""
+        return self.helper.c_local.state_dict()
+
+
+def apply_control_deltas(
+    global_control: Optional[Mapping[str, np.ndarray]], deltas: List[Mapping[str, np.ndarray]], num_sites: int
+) -> Dict[str, np.ndarray]:
+    """The server's update c + Σ_i Δc_i / N, as a new float32 dict (c absent: zeros)."""
+    if num_sites < len(deltas):
+        raise ValueError(f"num_sites={num_sites} is smaller than the {len(deltas)} sites that sent a control delta")
+    names = set(global_control or {}).union(*(set(d) for d in deltas))
+    updated = {}
+    for name in sorted(names):
+        total = np.asarray((global_control or {}).get(name, 0.0), dtype=np.float64)
+        for delta in deltas:
+            if name in delta:
+                total = total + np.asarray(delta[name], dtype=np.float64) / num_sites
+        updated[name] = total.astype(np.float32)
+    return updated

@@ -16,8 +16,7 @@ from nvflare.app_opt.pt.fedproxloss import PTFedProxLoss
 from .losses import model_contrastive_loss, prototype_contrastive_loss, representation_l2_loss, simsiam_distance
 from .models import ModelOutput
 from .prototypes import ClassMeanAccumulator
-
-LossTerms = Dict[str, torch.Tensor]
+from .training import LossTerms, frozen_copy
 
 
 class CrossEntropyObjective:
@@ -205,8 +204,6 @@ class FedSiamDAObjective(CrossEntropyObjective):
         """Call before every local epoch (0-based): with ``history="epoch"`` the local model as it is now, at the end
         of the previous epoch, becomes the history model."""
         if self.history == "epoch" and epoch > 0:
-            from .training import frozen_copy  # deferred: training imports this module
-
             self.history_model = frozen_copy(self.local_model)
 
     def step_working_global(self) -> None:

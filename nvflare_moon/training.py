@@ -11,9 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .models import ModelOutput
-from .objectives import LossTerms
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
+LossTerms = Dict[str, torch.Tensor]  # the named parts of a loss, as objectives return them
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

@@ -39,8 +39,9 @@ _BYOC_README = os.path.join(os.path.dirname(__file__), "job_custom", "README.md"
 
 def _byoc_marker() -> str:
     """A copy of the BYOC README outside every ``sys.path`` entry, so that the exporter puts it at ``custom/``'s
-    top instead of under a package-like path."""
-    folder = tempfile.mkdtemp(prefix="nvflare_moon_byoc_")
+    top instead of under a package-like path. One fixed folder, so that repeated exports leave nothing behind."""
+    folder = os.path.join(tempfile.gettempdir(), f"nvflare_moon_byoc_{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
     shutil.copy(_BYOC_README, os.path.join(folder, "README.md"))
     return os.path.join(folder, "README.md")
 

@@ -5,6 +5,7 @@ from typing import Dict, List, NamedTuple
 import numpy as np
 
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.app_constant import AppConstants
 
@@ -22,7 +23,7 @@ class SiteUpdate(NamedTuple):
 class WeightedFedAvgAggregator(ModelAggregator):
     """Weighted FedAvg over the sites that answered: ``w = Σ_k (n_k / Σ_j n_j)·w_k``, n_k the site's sample count.
 
-    Updates with NaN/Inf, missing or extra keys or wrong shapes are rejected with a warning naming the site; the round
+    Updates with NaN/Inf, or whose keys or shapes differ from the round's global model, are rejected with a warning naming the site; the round
     goes on with the others (the controller fails the round if none is left). The result's ``metrics`` are the
     weighted means of the sites' training metrics, and its ``meta`` holds each site's metrics and weight for logging.
     """
@@ -35,8 +36,7 @@ class WeightedFedAvgAggregator(ModelAggregator):
         meta = model.meta or {}
         site = meta.get("client_name", "unknown site")
         num_samples = meta.get(NUM_SAMPLES)
-        reference = next(iter(self._updates.values())).params if self._updates else None
-        problem = update_problem(model.params or {}, reference)
+        problem = update_problem(model.params or {}, self._reference_params())
         if problem is None and not (isinstance(num_samples, (int, float, np.number)) and 0 < num_samples < np.inf):
             problem = f"meta[{NUM_SAMPLES!r}] must be a positive number, got {num_samples!r}"
         if problem is not None:
@@ -45,6 +45,17 @@ class WeightedFedAvgAggregator(ModelAggregator):
         metrics = {k: float(v) for k, v in (model.metrics or {}).items() if isinstance(v, (int, float, np.number))}
         self._updates[site] = SiteUpdate(float(num_samples), model.params, metrics)
         return True
+
+    def _reference_params(self):
+        """What every update must match in keys and shapes: the round's global model, which NVFlare's controllers
+        keep in the run context; without one (a bare aggregator), the first update accepted this round."""
+        global_model = self.fl_ctx.get_prop(AppConstants.GLOBAL_MODEL) if self.fl_ctx else None
+        if global_model is None and self.fl_ctx is not None and self.fl_ctx.get_engine() is not None:
+            with self.fl_ctx.get_engine().new_context() as ctx:
+                global_model = ctx.get_prop(AppConstants.GLOBAL_MODEL)
+        if global_model is not None and global_model.get(ModelLearnableKey.WEIGHTS):
+            return global_model[ModelLearnableKey.WEIGHTS]
+        return next(iter(self._updates.values())).params if self._updates else None
 
     def aggregate_model(self) -> FLModel:
         if not self._updates:

@@ -1,0 +1,110 @@
+"""The hospital federation of deploy/project.yml, provisioned with ``nvflare provision`` and run on loopback: the server
+and two hospitals started from their startup kits, a job WITHOUT ``custom/`` submitted by the project admin.
+
+Refused while the sites keep NVFlare's default class allow-list (with NVFlare's message surfaced), it completes once
+deploy/allow_plugin.py has put the plugin on the allow-lists of the server and the hospitals, without a restart.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nvflare.lighter.utils import update_storage_locations
+
+from nvflare_moon import submit
+
+from .conftest import REPO
+from .federation import (
+    connect, export_tiny_moon, free_port, kill, nvflare_env, pids_of, run_script, saved_state, wait_until,
+)  # fmt: skip
+
+pytestmark = pytest.mark.deploy
+SERVER = "localhost"  # the server's name is the host the sites dial: on a test machine, loopback
+HOSPITALS = ["hospital-1", "hospital-2"]  # hospital-3 stays offline
+ADMIN = "admin@consortium.example"
+ROUNDS = 2
+
+
+def loopback_project(folder: Path, port: int) -> Path:
+    """deploy/project.yml as this machine can run it: the server on localhost and a free port, and no GPUs offered
+    (a site with a GPU capacity refuses to start on a machine without those GPUs)."""
+    project = yaml.safe_load((REPO / "deploy" / "project.yml").read_text())
+    for participant in project["participants"]:
+        if participant["type"] == "server":
+            participant.update(name=SERVER, fed_learn_port=port)
+        elif participant["type"] == "client":
+            participant["capacity"] = {"num_of_gpus": 0, "mem_per_gpu_in_GiB": 0}
+    path = folder / "project.yml"
+    path.write_text(yaml.safe_dump(project, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hospitals")
+    env = nvflare_env(root / "home")
+    provision = [sys.executable, "-m", "nvflare.cli", "provision", "-p", str(loopback_project(root, free_port())),
+                 "-w", str(root / "provisioned"), "--force"]  # fmt: skip
+    provisioned = subprocess.run(provision, env=env, capture_output=True, text=True, timeout=120)
+    assert provisioned.returncode == 0, provisioned.stdout + provisioned.stderr
+    kits = root / "provisioned" / "moon_hospitals" / "prod_00"
+    # NVFlare's own helper: the server's job store inside this test's folder instead of /tmp/nvflare
+    update_storage_locations(local_dir=str(kits / SERVER / "local"), workspace=str(root / "server_storage"))
+    started = []
+    try:
+        for name in [SERVER, *HOSPITALS]:
+            with open(root / f"{name}.console.log", "w") as console:
+                started.append(subprocess.Popen(
+                    ["bash", str(kits / name / "startup" / "sub_start.sh"), "--once"], env=env, stdout=console,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                ))  # fmt: skip
+        session = connect(kits / ADMIN, 60)
+        try:
+            wait_until(lambda: {c.name for c in session.get_system_info().client_info} >= set(HOSPITALS), 60,
+                       "both hospitals to connect")  # fmt: skip
+            yield kits, session, root
+        finally:
+            session.close()
+    finally:
+        for process in started:
+            os.killpg(process.pid, signal.SIGTERM)  # the group started above: the FL process of a participant
+        for process in started:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        kill(pid for name in [SERVER, *HOSPITALS] for pid in pids_of(str(kits / name)))  # job processes: own sessions
+
+
+def test_a_job_without_custom_runs_only_where_the_sites_allow_the_plugin(federation):
+    """Refused, then allowed by deploy/allow_plugin.py (idempotent, NVFlare's default entries kept), no restart."""
+    kits, session, root = federation
+    job_dir = export_tiny_moon(root / "jobs", "moon_locked_down", ROUNDS, byoc=False)
+    assert not (job_dir / "app" / "custom").exists()
+
+    with pytest.raises(submit.JobFailed) as refused:
+        submit.run_job(session, str(job_dir), timeout=120, poll_interval=1)
+    assert refused.value.status == "FINISHED:ABNORMAL"
+    assert "Component 'nvflare_moon." in str(refused.value) and "is not in allow_list" in str(refused.value)
+    assert '"nvflare_moon."' in str(refused.value)  # the hint says what to add
+
+    allowed = run_script("deploy/allow_plugin.py", *(str(kits / name) for name in [SERVER, *HOSPITALS]), env=os.environ)
+    assert allowed.returncode == 0, allowed.stdout
+    results = submit.run_job(session, str(job_dir), timeout=180, download_to=str(root / "results"), resubmit=True,
+                             poll_interval=1)  # fmt: skip
+    assert [m["round"] for m in results.metrics()] == list(range(ROUNDS))
+    job_id = Path(results.root).name
+    for hospital in HOSPITALS:  # each hospital's MOON state, in its own workspace, under the job's run folder
+        record = saved_state(kits / hospital, job_id)
+        assert (record["site"], record["job_id"], record["round"]) == (hospital, job_id, ROUNDS - 1)
+
+    again = run_script("deploy/allow_plugin.py", str(kits / SERVER), str(kits / HOSPITALS[0]), env=os.environ)
+    assert again.returncode == 0 and again.stdout.count("already allows the plugin") == 2, again.stdout
+    allow_list = json.loads((kits / HOSPITALS[0] / "local" / "resources.json").read_text())["class_allow_list"]
+    assert allow_list.count("nvflare_moon.") == 1 and "nvflare.app_common.workflows.fedavg.FedAvg" in allow_list

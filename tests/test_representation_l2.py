@@ -61,7 +61,8 @@ def test_executor_and_recipe_select_the_ablation():
 
 
 def test_exported_job_names_the_penalty(tmp_path):
-    MoonRecipe(name="moon_l2", dataset="synthetic", min_clients=2, representation_loss="l2_squared").export(str(tmp_path))
+    recipe = MoonRecipe(name="moon_l2", dataset="synthetic", min_clients=2, representation_loss="l2_squared")
+    recipe.export(str(tmp_path))
     config = (tmp_path / "moon_l2" / "app" / "config" / "config_fed_client.json").read_text()
     assert '"representation_loss": "l2_squared"' in config
 

@@ -1,0 +1,137 @@
+"""The methods the benchmark can run, by name: one entry each.
+
+A :class:`SimulatorMethod` exports its recipe with the run's settings and runs it in NVFlare's simulator; a
+:class:`CommandMethod` runs a plain command (SOLO has no federation, so it is a script). Both only describe how to
+start a run and where its results are (:class:`Launch`); :mod:`.runner` starts it, watches it and records it.
+
+To add a method, add one entry to :data:`METHODS` (and to a protocol in :mod:`.protocols`).
+"""
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from ..recipes import (
+    FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
+)  # fmt: skip
+from .collect import read_simulator_results, read_solo_report
+from .protocols import RunSpec, Variant, format_value
+
+SIMULATOR_MODULE = "nvflare.private.fed.app.simulator.simulator"
+ROUND_LINE = re.compile(r"round (?P<unit>\d+): global test accuracy (?P<accuracy>[\d.]+)")  # GlobalModelEvaluator
+SOLO_SITE_LINE = re.compile(r"(?P<unit>site-\d+): test accuracy (?P<accuracy>[\d.]+)")  # nvflare_moon.solo
+
+
+@dataclass
+class Launch:
+    """How to start one run and read its results.
+
+    ``command`` is run in a new session; every line of its output matching ``progress`` marks one more finished
+    ``unit_name`` (of ``units``), with the global test accuracy in the group ``accuracy``. After a clean exit
+    ``collect(started)`` (``started``: the command's start, seconds since the epoch) returns the run's results,
+    at least ``final_accuracy``, or raises ValueError if they are incomplete.
+    """
+
+    command: List[str]
+    progress: "re.Pattern[str]"
+    units: int
+    unit_name: str
+    collect: Callable[[float], Dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SimulatorMethod:
+    """A method run as a real NVFlare simulator job, exported from ``recipe`` with the run's settings.
+
+    Args:
+        label: the name in tables and plots.
+        recipe: the recipe class; it gets every setting, the seed and β, then ``defaults``, then the variant's args.
+        defaults: method arguments that differ from the recipe's own defaults (none do for the paper's methods).
+    """
+
+    label: str
+    recipe: Callable[..., Any]
+    defaults: Dict[str, Any] = field(default_factory=dict)
+
+    def launch(self, spec: RunSpec, run_dir: str, data_root: Optional[str]) -> Launch:
+        s = spec.settings
+        job_name = re.sub(r"[^A-Za-z0-9_-]", "_", spec.run_id)
+        recipe = self.recipe(
+            name=job_name, min_clients=s.num_sites, num_rounds=s.rounds, dataset=s.dataset, arch=s.arch,
+            beta=spec.beta, seed=spec.seed, local_epochs=s.local_epochs, batch_size=s.batch_size, lr=s.lr,
+            momentum=s.momentum, weight_decay=s.weight_decay, device=s.device, data_root=data_root,
+            **{**self.defaults, **dict(spec.variant.args)},
+        )  # fmt: skip
+        exported = os.path.join(run_dir, "job")
+        recipe.export(exported)
+        workspace = os.path.join(run_dir, "workspace")
+        command = [sys.executable, "-m", SIMULATOR_MODULE, os.path.join(exported, job_name), "-w", workspace,
+                   "-n", str(s.num_sites), "-t", str(s.simulator_threads)]  # fmt: skip
+        return Launch(
+            command, ROUND_LINE, s.rounds, "round", lambda started: read_simulator_results(workspace, s.rounds, started)
+        )
+
+
+@dataclass(frozen=True)
+class CommandMethod:
+    """A method run as a plain command that writes a JSON report.
+
+    Args:
+        label: the name in tables and plots.
+        command: ``(spec, report_path, data_root) -> argv``.
+        read_report: ``(report_path, spec) -> results`` (at least ``final_accuracy``).
+        progress: the output line that marks a finished unit (group ``accuracy``).
+        units: ``spec -> number of units``.
+        unit_name: what a unit is, for the progress line.
+    """
+
+    label: str
+    command: Callable[[RunSpec, str, Optional[str]], List[str]]
+    read_report: Callable[[str, RunSpec], Dict[str, Any]]
+    progress: "re.Pattern[str]"
+    units: Callable[[RunSpec], int]
+    unit_name: str
+
+    def launch(self, spec: RunSpec, run_dir: str, data_root: Optional[str]) -> Launch:
+        report = os.path.join(run_dir, "report.json")
+        return Launch(
+            self.command(spec, report, data_root), self.progress, self.units(spec), self.unit_name,
+            lambda started: self.read_report(report, spec),
+        )  # fmt: skip
+
+
+def solo_command(spec: RunSpec, report: str, data_root: Optional[str]) -> List[str]:
+    """SOLO (:mod:`nvflare_moon.solo`): every site trains alone for ``settings.solo_epochs_per_site`` epochs."""
+    s = spec.settings
+    command = [
+        sys.executable, "-m", "nvflare_moon.solo", "--dataset", s.dataset, "--num-sites", str(s.num_sites),
+        "--epochs", str(s.solo_epochs_per_site), "--arch", s.arch, "--beta", repr(spec.beta), "--seed", str(spec.seed),
+        "--batch-size", str(s.batch_size), "--lr", repr(s.lr), "--momentum", repr(s.momentum),
+        "--weight-decay", repr(s.weight_decay), "--device", s.device, "--output", report,
+    ]  # fmt: skip
+    return command + (["--data-root", data_root] if data_root else [])
+
+
+METHODS: Dict[str, Union[SimulatorMethod, CommandMethod]] = {
+    "fedavg": SimulatorMethod("FedAvg", FedAvgBaselineRecipe),
+    "fedprox": SimulatorMethod("FedProx", FedProxRecipe),
+    "scaffold": SimulatorMethod("SCAFFOLD", ScaffoldRecipe),
+    "solo": CommandMethod(
+        "SOLO", solo_command, read_solo_report, SOLO_SITE_LINE, lambda spec: spec.settings.num_sites, "site"
+    ),
+    "moon": SimulatorMethod("MOON", MoonRecipe),
+    "moon_l2": SimulatorMethod("ℓ2 penalty", MoonRecipe, {"representation_loss": "l2"}),
+    "fedssc": SimulatorMethod("FedSSC", FedSSCRecipe),
+    "fedsiam_da": SimulatorMethod("FedSiam-DA", FedSiamDARecipe),
+}
+
+
+def variant_label(variant: Variant) -> str:
+    """``MOON``, ``ℓ2 penalty (μ=0.1)``: the method's label and the variant's arguments."""
+    label = METHODS[variant.method].label
+    if not variant.args:
+        return label
+    names = {"mu": "μ"}
+    return f"{label} (" + ", ".join(f"{names.get(k, k)}={format_value(v)}" for k, v in variant.args) + ")"

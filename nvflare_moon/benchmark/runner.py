@@ -1,0 +1,252 @@
+"""Run a protocol: every run as a subprocess, watched (progress, peak memory) and recorded atomically as
+``<out>/runs/<run_id>.json``. A run whose record is complete is skipped, so the same command resumes after an
+interruption; a run that was interrupted or failed has no record and is redone from the start.
+
+Layout of the output folder::
+
+    runs/<run_id>.json      one record per finished run (shared by every protocol written here)
+    logs/<run_id>.log       the run's whole output
+    work/<run_id>/          the exported job and the simulator workspace (removed after success, unless keep_work)
+    <protocol>/summary.md   tables, plots (PNG) and the per-round CSV of the protocol's finished runs
+"""
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import psutil
+
+from .methods import METHODS, variant_label
+from .process_watch import PeakMemoryWatcher
+from .progress import Progress
+from .protocols import Protocol, RunSpec
+from .summary import write_summary
+
+RECORD_FORMAT = 1
+COMPLETE = "complete"
+
+
+class RunFailed(RuntimeError):
+    """A run's command failed, timed out or left incomplete results; the message says where its log is."""
+
+
+class FinishedRunDiffers(ValueError):
+    """The output folder already holds this run id, finished with other settings."""
+
+
+def record_path(out_dir: str, spec: RunSpec) -> str:
+    return os.path.join(out_dir, "runs", f"{spec.run_id}.json")
+
+
+def load_finished(path: str, spec: RunSpec) -> Optional[Dict]:
+    """The complete record at ``path`` for ``spec``; None if there is none (absent, unreadable or incomplete: the run
+    is redone). Raises :class:`FinishedRunDiffers` if it is complete but was made with other settings."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("status") != COMPLETE:
+        return None
+    expected = json.loads(json.dumps(spec.fingerprint()))
+    if record.get("spec") != expected:
+        raise FinishedRunDiffers(
+            f"{path} is a finished run with other settings ({record.get('spec')}, now {expected}); "
+            "write to another --out folder, or delete the file to redo it"
+        )
+    return record
+
+
+def write_json_atomic(path: str, data: Dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def environment() -> Dict[str, str]:
+    """Where and with what the runs are made: date, commit, versions, CPU and GPU."""
+    import nvflare
+    import torch
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    commit = "unknown"
+    try:
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True).stdout
+        if head.returncode == 0:
+            commit = head.stdout.strip() + ("+uncommitted changes" if dirty.strip() else "")
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "machine": f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), {gpu}; "
+        f"Python {platform.python_version()}, torch {torch.__version__}, nvflare {nvflare.__version__}",
+    }
+
+
+def _end_process_tree(watcher: PeakMemoryWatcher, root: subprocess.Popen) -> None:
+    """Stop the run's command and everything it started (simulator workers run in sessions of their own, so a
+    process-group signal would miss them); only processes the watcher saw under ``root`` are touched."""
+    processes = watcher.live_processes()
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=10)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    root.wait()
+
+
+def execute_run(
+    spec: RunSpec,
+    out_dir: str,
+    data_root: Optional[str],
+    progress: Progress,
+    run_timeout: Optional[float] = None,
+    keep_work: bool = False,
+) -> Dict:
+    """Run ``spec`` from scratch and return its complete record; raises :class:`RunFailed`. The run's work folder
+    (exported job, simulator workspace) is removed after a success unless ``keep_work``."""
+    method = METHODS[spec.variant.method]
+    run_dir = os.path.join(out_dir, "work", spec.run_id)
+    log_path = os.path.join(out_dir, "logs", f"{spec.run_id}.log")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir)
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    launch = method.launch(spec, run_dir, data_root)
+    progress.start_run(spec.run_id, launch.units, launch.unit_name)
+    started, clock = time.time(), time.perf_counter()
+    ok = False
+    try:
+        with open(log_path, "w") as log:
+            log.write(" ".join(launch.command) + "\n")
+            command = subprocess.Popen(
+                launch.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=run_dir,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
+            )  # fmt: skip
+            reader = threading.Thread(target=_follow, args=(command.stdout, log, launch, progress), daemon=True)
+            reader.start()
+            with PeakMemoryWatcher(command.pid) as watcher:
+                try:
+                    returncode = command.wait(timeout=run_timeout)
+                except subprocess.TimeoutExpired:
+                    returncode = None
+                finally:
+                    wall = time.perf_counter() - clock
+                    # Normally nothing is left. After a timeout or Ctrl-C everything is, and a process left over
+                    # would also hold the output pipe open.
+                    _end_process_tree(watcher, command)
+                    reader.join(timeout=30)
+        if returncode is None:
+            raise RunFailed(f"{spec.run_id} timed out after {run_timeout:.0f} s; its output is in {log_path}")
+        if returncode != 0:
+            raise RunFailed(f"{spec.run_id} failed (exit code {returncode}); its output is in {log_path}:\n"
+                            + _tail(log_path))  # fmt: skip
+        try:
+            results = launch.collect(started)
+        except ValueError as e:
+            raise RunFailed(f"{spec.run_id}: {e}; its output is in {log_path}") from e
+        ok = True
+    finally:
+        progress.end_run(ok)
+    if not keep_work:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {
+        "format": RECORD_FORMAT,
+        "status": COMPLETE,
+        "run_id": spec.run_id,
+        "variant": spec.variant.name,
+        "method": spec.variant.method,
+        "label": variant_label(spec.variant),
+        "seed": spec.seed,
+        "beta": spec.beta,
+        "spec": spec.fingerprint(),
+        "command": launch.command,
+        "started": started,
+        "wall_seconds": wall,
+        "peak_rss_mb": watcher.report(),
+        "environment": environment(),
+        **results,
+    }
+
+
+def _follow(stream, log, launch, progress: Progress) -> None:
+    """Copy the command's output to its log and report every progress line."""
+    for line in stream:
+        log.write(line)
+        match = launch.progress.search(line)
+        if match:
+            progress.unit_done(float(match.group("accuracy")))
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
+
+
+def run_protocol(
+    protocol: Protocol,
+    out_dir: str,
+    methods: Optional[Sequence[str]] = None,
+    data_root: Optional[str] = None,
+    command: str = "",
+    run_timeout: Optional[float] = None,
+    summary_only: bool = False,
+    keep_work: bool = False,
+    log: Callable[[str], None] = print,
+) -> int:
+    """Run the protocol's runs that are not finished yet (none with ``summary_only``), then write its summary.
+
+    Returns 0 if every run is finished, 1 otherwise. Raises ValueError for a method that is not registered and
+    :class:`FinishedRunDiffers` before starting anything if a finished run does not match.
+    """
+    unknown = sorted(set(methods or ()) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; registered: {sorted(METHODS)}")
+    specs = protocol.runs(methods)
+    if not specs:
+        raise ValueError(f"protocol {protocol.name!r} has no runs for methods {list(methods or [])}")
+    finished: Dict[str, Dict] = {}
+    for spec in specs:
+        record = load_finished(record_path(out_dir, spec), spec)
+        if record is not None:
+            finished[spec.run_id] = record
+    todo = [] if summary_only else [s for s in specs if s.run_id not in finished]
+    log(f"protocol {protocol.name}: {len(specs)} runs, {len(finished)} already finished in {out_dir}, "
+        f"{len(todo)} to run")
+    progress = Progress(len(todo), log)
+    failures: List[str] = []
+    for spec in todo:
+        try:
+            record = execute_run(spec, out_dir, data_root, progress, run_timeout, keep_work)
+        except RunFailed as e:
+            failures.append(str(e))
+            log(str(e))
+            continue
+        write_json_atomic(record_path(out_dir, spec), record)
+        finished[spec.run_id] = record
+    records = [finished[s.run_id] for s in specs if s.run_id in finished]
+    missing = [s for s in specs if s.run_id not in finished]
+    summary = write_summary(
+        os.path.join(out_dir, protocol.name), protocol, records, missing, command, environment(), data_root
+    )
+    log(f"summary: {summary}" + (f"; {len(missing)} runs not finished" if missing else ""))
+    return 1 if missing else 0

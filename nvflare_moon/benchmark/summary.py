@@ -1,0 +1,136 @@
+"""``summary.md``, the per-round CSV and the plots of one protocol, written into one folder that can be copied into
+``docs/`` as it is (every link is relative)."""
+
+import csv
+import os
+from collections import Counter
+from typing import Dict, List, Optional, Sequence
+
+from .plots import accuracy_vs_rounds, partition, rounds_to_target
+from .protocols import Protocol, RunSpec
+from .published import PUBLISHED
+from .tables import (
+    PER_RUN_HEADERS, beta_sweep_rows, final_accuracy_rows, group_runs, markdown_table, per_run_rows,
+    rounds_to_target_rows,
+)  # fmt: skip
+
+SUMMARY = "summary.md"
+CURVES_CSV = "accuracy_per_round.csv"
+
+
+def write_curves_csv(records: Sequence[Dict], path: str) -> None:
+    """One row per (run, round): run id, round, global test accuracy, wall seconds of the round."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["run", "round", "test_accuracy", "round_seconds"])
+        for record in records:
+            for r in record["rounds"]:
+                writer.writerow([record["run_id"], r["round"], repr(r["test_accuracy"]), repr(r["round_seconds"])])
+
+
+def write_summary(
+    folder: str,
+    protocol: Protocol,
+    records: Sequence[Dict],
+    missing: Sequence[RunSpec],
+    command: str,
+    environment: Dict,
+    data_root: Optional[str] = None,
+) -> str:
+    """Write the protocol's tables, plots and CSV into ``folder``; returns the path of ``summary.md``."""
+    os.makedirs(folder, exist_ok=True)
+    s = protocol.settings
+    groups = group_runs(records)
+    commits = Counter(r["environment"]["commit"] for r in records)
+    lines: List[str] = [
+        f"# Benchmark: `{protocol.name}` protocol",
+        "",
+        protocol.description,
+        "",
+        f"- Command: `{command}`",
+        f"- Summary written {environment['date']}; runs made at commit(s) "
+        + (", ".join(f"`{c}` ({n} runs)" for c, n in commits.items()) or "—"),
+        f"- Machine: {environment['machine']}",
+        f"- Settings: {s.dataset}, {s.num_sites} sites, {s.rounds} rounds × {s.local_epochs} local epochs, "
+        f"{s.arch}, batch {s.batch_size}, SGD lr {s.lr:g}, momentum {s.momentum:g}, weight decay {s.weight_decay:g}, "
+        f"device {s.device}, simulator `-n {s.num_sites} -t {s.simulator_threads}`; SOLO {s.solo_epochs_per_site} "
+        "epochs per site.",
+        f"- Runs: {len(records)} finished" + (f", {len(missing)} missing: " + ", ".join(m.run_id for m in missing)
+                                               if missing else "."),  # fmt: skip
+        "",
+    ]
+    if s.dataset == "cifar10":
+        lines += [
+            "Our CIFAR-10 is the offline JPEG-compressed copy (quality 75; labels and order exact), so absolute "
+            "accuracies are not the official dataset's. Published numbers are **at the paper's settings**, not ours.",
+            "",
+        ]
+    if records:
+        lines += _tables(groups, s.dataset, records)
+        lines += _plots(folder, protocol, groups, data_root)
+        write_curves_csv(records, os.path.join(folder, CURVES_CSV))
+        lines += [f"Every round of every run: [`{CURVES_CSV}`]({CURVES_CSV}); the full records are the run JSON files.",
+                  ""]  # fmt: skip
+    path = os.path.join(folder, SUMMARY)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+    return path
+
+
+def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
+    lines = [
+        "## Final top-1 accuracy (Table 1 style)",
+        "",
+        markdown_table(
+            ["method", "β", "seeds", "top-1 % (mean ± std over seeds)", "published top-1 %, at the paper's settings"],
+            final_accuracy_rows(groups, dataset),
+        ),
+        "",
+    ]
+    speed_rows = rounds_to_target_rows(groups, dataset)
+    if speed_rows:
+        lines += [
+            "## Rounds to reach FedAvg's final accuracy (Table 2 style)",
+            "",
+            "The target is FedAvg's final accuracy (mean over its seeds); each method's rounds are counted on its "
+            "mean curve over seeds; speed-up = FedAvg's rounds to the target / the method's.",
+            "",
+            markdown_table(
+                ["method", "β", "target %", "rounds to target / total", "speed-up",
+                 "published speed-up, at the paper's settings"],
+                speed_rows,
+            ),  # fmt: skip
+            "",
+        ]
+    if len({beta for _, beta in groups}) > 1:
+        headers, rows = beta_sweep_rows(groups)
+        title = "## Heterogeneity: final top-1 % per Dirichlet β (Table 4 style)"
+        lines += [title, "", markdown_table(headers, rows), ""]
+    lines += ["## Every run: accuracy, time and memory", "", markdown_table(PER_RUN_HEADERS, per_run_rows(records)), ""]
+    shown = {(r["method"]) for r in records}
+    notes = [p for p in PUBLISHED if p.dataset == dataset and p.method in shown]
+    if notes:
+        lines += ["Published numbers (quoted, not reproduced):", ""]
+        lines += [f"- {p.method} {p.metric} {p.value:g}: {p.source}, {p.where}; settings: {p.settings}." for p in notes]
+        lines.append("")
+    return lines
+
+
+def _plots(folder: str, protocol: Protocol, groups, data_root: Optional[str]) -> List[str]:
+    s = protocol.settings
+    title = f"{s.dataset}, {s.num_sites} sites, E = {s.local_epochs}"
+    lines = ["## Plots", ""]
+    accuracy_vs_rounds(groups, os.path.join(folder, "accuracy_vs_rounds.png"), title)
+    lines += ["Global test accuracy per round:", "", "![accuracy against rounds](accuracy_vs_rounds.png)", ""]
+    if rounds_to_target_rows(groups, s.dataset):
+        rounds_to_target(groups, os.path.join(folder, "rounds_to_target.png"), title)
+        lines += ["Rounds to reach FedAvg's final accuracy:", "", "![rounds to target](rounds_to_target.png)", ""]
+    seed = min(r["seed"] for runs in groups.values() for r in runs)
+    for beta in sorted({beta for _, beta in groups}):
+        name = f"partition_beta{beta:g}.png"
+        partition(s.dataset, s.num_sites, beta, seed, os.path.join(folder, name), data_root)
+        lines += [f"What non-IID means here, β = {beta:g} (seed {seed}; other seeds draw other partitions):", "",
+                  f"![partition at β = {beta:g}]({name})", ""]  # fmt: skip
+    return lines

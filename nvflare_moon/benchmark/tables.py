@@ -1,0 +1,186 @@
+"""The derived tables, from finished run records: the math is pure functions, the tables are rows of strings.
+
+- Table 1 style: final top-1 accuracy per method, mean ± std over seeds.
+- Table 2 style: rounds needed to reach FedAvg's final accuracy, and the speed-up over FedAvg.
+- Table 4 style: final accuracy per Dirichlet β.
+
+Accuracies are percentages with two decimals. Standard deviations are population std (``ddof=0``), as
+:mod:`nvflare_moon.solo` reports over sites.
+"""
+
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .published import published
+
+BASELINE = "fedavg"
+Group = Tuple[str, float]  # (variant name, β)
+
+
+# ---- the math ---------------------------------------------------------------------------------------------------
+
+
+def mean_std(values: Sequence[float]) -> Tuple[float, float]:
+    """Mean and population standard deviation."""
+    if not len(values):
+        raise ValueError("mean_std needs at least one value")
+    array = np.asarray(values, dtype=np.float64)
+    return float(array.mean()), float(array.std())
+
+
+def mean_curve(curves: Sequence[Sequence[float]]) -> List[float]:
+    """Round-by-round mean of several accuracy curves of the same length."""
+    if len({len(c) for c in curves}) != 1:
+        raise ValueError(f"curves must have the same number of rounds, got {[len(c) for c in curves]}")
+    return [float(v) for v in np.mean(np.asarray(curves, dtype=np.float64), axis=0)]
+
+
+def rounds_to_target(curve: Sequence[float], target: float) -> Optional[int]:
+    """How many rounds until the accuracy first reaches ``target`` (round index + 1); None if it never does."""
+    return next((i + 1 for i, accuracy in enumerate(curve) if accuracy >= target), None)
+
+
+def speedup(baseline_rounds: Optional[int], rounds: Optional[int]) -> Optional[float]:
+    """The baseline's rounds to the target divided by the method's; None if either never reached it."""
+    if baseline_rounds is None or rounds is None:
+        return None
+    return baseline_rounds / rounds
+
+
+# ---- grouping -----------------------------------------------------------------------------------------------------
+
+
+def group_runs(records: Sequence[Dict]) -> "OrderedDict[Group, List[Dict]]":
+    """Records by (variant, β), in first-seen order; each group holds one record per seed."""
+    groups: "OrderedDict[Group, List[Dict]]" = OrderedDict()
+    for record in records:
+        groups.setdefault((record["variant"], record["beta"]), []).append(record)
+    return groups
+
+
+def curve(record: Dict) -> List[float]:
+    return [r["test_accuracy"] for r in record["rounds"]]
+
+
+def final_accuracy(runs: Sequence[Dict]) -> Tuple[float, float]:
+    """Mean ± std over the seeds' final accuracies."""
+    return mean_std([r["final_accuracy"] for r in runs])
+
+
+def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dict]:
+    """For every group with rounds at a β where FedAvg ran: the target (FedAvg's mean final accuracy at that β), the
+    rounds the group's mean curve needs to reach it, and the speed-up over FedAvg's own rounds to it."""
+    result = {}
+    for (variant, beta), runs in groups.items():
+        baseline = groups.get((BASELINE, beta))
+        if baseline is None or not runs[0]["rounds"]:
+            continue
+        target = final_accuracy(baseline)[0]
+        baseline_rounds = rounds_to_target(mean_curve([curve(r) for r in baseline]), target)
+        rounds = rounds_to_target(mean_curve([curve(r) for r in runs]), target)
+        result[(variant, beta)] = {
+            "target": target, "rounds": rounds, "baseline_rounds": baseline_rounds,
+            "speedup": speedup(baseline_rounds, rounds), "total_rounds": len(runs[0]["rounds"]),
+        }  # fmt: skip
+    return result
+
+
+# ---- formatting ---------------------------------------------------------------------------------------------------
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def percent_mean_std(values: Sequence[float]) -> str:
+    mean, std = mean_std(values)
+    return percent(mean) if len(values) == 1 else f"{percent(mean)} ± {percent(std)}"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _published_cell(method: str, dataset: str, metric: str, beta: float, unit: str = "") -> str:
+    p = published(method, dataset, metric, beta)
+    return "—" if p is None else f"{p.value:g}{unit}"
+
+
+# ---- the tables ---------------------------------------------------------------------------------------------------
+
+
+def final_accuracy_rows(groups: "OrderedDict[Group, List[Dict]]", dataset: str) -> List[List[str]]:
+    """Table 1: method, β, seeds, top-1 % (mean ± std over seeds), published top-1 %.
+
+    SOLO's single-seed cell shows the std over sites, as the paper reports it (marked "over sites")."""
+    rows = []
+    for (variant, beta), runs in groups.items():
+        accuracy = percent_mean_std([r["final_accuracy"] for r in runs])
+        if len(runs) == 1 and "final_accuracy_std_over_sites" in runs[0]:
+            accuracy += f" ± {percent(runs[0]['final_accuracy_std_over_sites'])} (over sites)"
+        seeds = ", ".join(str(r["seed"]) for r in runs)
+        top1 = _published_cell(runs[0]["method"], dataset, "top1", beta)
+        rows.append([runs[0]["label"], f"{beta:g}", seeds, accuracy, top1])
+    return rows
+
+
+def rounds_to_target_rows(groups: "OrderedDict[Group, List[Dict]]", dataset: str) -> List[List[str]]:
+    """Table 2: method, β, target (FedAvg's final %), rounds to reach it (of the total), speed-up, and the published
+    speed-up."""
+    rows = []
+    for (variant, beta), t in target_analysis(groups).items():
+        runs = groups[(variant, beta)]
+        reached = "not reached" if t["rounds"] is None else str(t["rounds"])
+        gain = "—" if t["speedup"] is None else f"{t['speedup']:.2f}×"
+        rows.append([
+            runs[0]["label"], f"{beta:g}", percent(t["target"]), f"{reached} / {t['total_rounds']}", gain,
+            _published_cell(runs[0]["method"], dataset, "speedup", beta, "×"),
+        ])  # fmt: skip
+    return rows
+
+
+def beta_sweep_rows(groups: "OrderedDict[Group, List[Dict]]") -> Tuple[List[str], List[List[str]]]:
+    """Table 4: one row per method, one column per β (final top-1 %, mean ± std over seeds)."""
+    betas = sorted({beta for _, beta in groups})
+    variants = list(OrderedDict.fromkeys(variant for variant, _ in groups))
+    headers = ["method"] + [f"β = {beta:g}" for beta in betas]
+    rows = []
+    for variant in variants:
+        label = next(runs[0]["label"] for (v, _), runs in groups.items() if v == variant)
+        cells = [percent_mean_std([r["final_accuracy"] for r in groups[(variant, beta)]])
+                 if (variant, beta) in groups else "—" for beta in betas]  # fmt: skip
+        rows.append([label] + cells)
+    return headers, rows
+
+
+def per_run_rows(records: Sequence[Dict]) -> List[List[str]]:
+    """Every run: id, final %, best % (at round), wall time (s), mean s/round after round 0, round 0 s (start-up
+    included), peak RSS of the largest client process and of the largest other process (MB)."""
+    rows = []
+    for r in records:
+        rounds = r["rounds"]
+        if rounds:
+            best = max(rounds, key=lambda x: x["test_accuracy"])
+            best_cell = f"{percent(best['test_accuracy'])} (round {best['round']})"
+            later = [x["round_seconds"] for x in rounds[1:]]
+            per_round = f"{np.mean(later):.1f}" if later else "—"
+            first = f"{rounds[0]['round_seconds']:.1f}"
+        else:
+            best_cell, per_round, first = "—", "—", "—"
+        memory = r["peak_rss_mb"]
+        client_peak = f"{max(memory['clients'].values()):.0f}" if memory["clients"] else "—"
+        rows.append([
+            r["run_id"], percent(r["final_accuracy"]), best_cell, f"{r['wall_seconds']:.0f}", per_round, first,
+            client_peak, f"{memory['other']:.0f}",
+        ])  # fmt: skip
+    return rows
+
+
+PER_RUN_HEADERS = [
+    "run", "final top-1 %", "best top-1 % (round)", "wall s", "s/round (rounds ≥ 1)", "round 0 s (incl. start-up)",
+    "peak RSS per client MB (max)", "peak RSS other MB",
+]  # fmt: skip

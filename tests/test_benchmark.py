@@ -1,0 +1,317 @@
+"""The reproduction benchmark (``python -m nvflare_moon.benchmark``): one real tiny run through NVFlare's simulator
+checked against what it logged, resuming, stopping a run's whole process tree, and the derived tables' math on
+hand-made inputs."""
+
+import contextlib
+import io
+import json
+import math
+import re
+import sys
+import time
+
+import psutil
+import pytest
+
+from nvflare_moon.benchmark import cli, runner
+from nvflare_moon.benchmark.methods import METHODS, CommandMethod
+from nvflare_moon.benchmark.progress import Progress, estimate_remaining
+from nvflare_moon.benchmark.protocols import PROTOCOLS, Protocol, RunSpec, Settings, Variant, customised
+from nvflare_moon.benchmark.tables import (
+    beta_sweep_rows, final_accuracy_rows, group_runs, mean_curve, mean_std, percent, rounds_to_target,
+    rounds_to_target_rows, speedup,
+)  # fmt: skip
+
+SMOKE_ARGS = ["--protocol", "quick", "--methods", "fedavg", "--dataset", "synthetic", "--rounds", "2", "--sites", "2",
+              "--local-epochs", "1", "--seeds", "0", "--lr", "0.05", "--batch-size", "32"]  # fmt: skip
+RUN_ID = "fedavg-beta0.5-seed0"
+
+
+def run_cli(argv):
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        code = cli.main(argv)
+    return code, output.getvalue()
+
+
+# ---- a real run ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("benchmark")
+    code, output = run_cli(SMOKE_ARGS + ["--out", str(out), "--keep-work"])
+    logged_path = out / "work" / RUN_ID / "workspace" / "server" / "simulate_job" / "global_metrics.jsonl"
+    logged = [json.loads(line) for line in logged_path.read_text().splitlines()] if logged_path.exists() else []
+    return out, code, output, logged
+
+
+@pytest.mark.e2e
+def test_record_holds_exactly_what_the_run_logged(real_run):
+    out, code, output, logged = real_run
+    assert code == 0, output
+    record = json.loads((out / "runs" / f"{RUN_ID}.json").read_text())
+    assert record["status"] == "complete" and record["spec"]["settings"]["dataset"] == "synthetic"
+    assert [r["round"] for r in logged] == [0, 1]
+    previous = record["started"]
+    for got, want in zip(record["rounds"], logged, strict=True):
+        assert {k: v for k, v in got.items() if k != "round_seconds"} == want  # every logged value, unchanged
+        assert got["round_seconds"] == pytest.approx(want["time"] - previous)
+        previous = want["time"]
+    assert record["final_accuracy"] == logged[-1]["test_accuracy"]
+    assert record["wall_seconds"] >= logged[-1]["time"] - record["started"]
+    clients = record["peak_rss_mb"]["clients"]
+    assert sorted(clients) == ["site-1", "site-2"] and all(mb > 50 for mb in clients.values())
+
+
+@pytest.mark.e2e
+def test_summary_shows_the_logged_values(real_run):
+    out, _, _, logged = real_run
+    summary = (out / "quick" / "summary.md").read_text()
+    final = percent(logged[-1]["test_accuracy"])
+    assert f"| FedAvg | 0.5 | 0 | {final} | — |" in summary  # Table 1; no published number for synthetic data
+    best = max(logged, key=lambda r: r["test_accuracy"])
+    round_1_seconds = logged[1]["time"] - logged[0]["time"]
+    assert re.search(
+        rf"\| {RUN_ID} \| {final} \| {percent(best['test_accuracy'])} \(round {best['round']}\) \| \d+ \| "
+        rf"{round_1_seconds:.1f} \|", summary
+    )  # fmt: skip
+    csv_rows = (out / "quick" / "accuracy_per_round.csv").read_text().splitlines()[1:]
+    assert [float(row.split(",")[2]) for row in csv_rows] == [r["test_accuracy"] for r in logged]
+    for png in ("accuracy_vs_rounds.png", "rounds_to_target.png", "partition_beta0.5.png"):
+        assert (out / "quick" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"({png})" in summary
+
+
+@pytest.mark.e2e
+def test_progress_names_the_run_round_and_accuracy(real_run):
+    _, _, output, logged = real_run
+    for r in logged:
+        assert f"{RUN_ID}: round {r['round'] + 1}/2, test accuracy {100 * r['test_accuracy']:.2f}%" in output
+    assert "ETA run" in output
+
+
+@pytest.mark.e2e
+def test_the_same_command_again_starts_no_run(real_run, monkeypatch):
+    out, _, _, _ = real_run
+    monkeypatch.setattr(runner, "execute_run", lambda *a, **k: pytest.fail("a finished run was started again"))
+    started = time.perf_counter()
+    code, output = run_cli(SMOKE_ARGS + ["--out", str(out)])
+    assert code == 0 and "1 already finished" in output and "0 to run" in output
+    assert time.perf_counter() - started < 20  # a simulator run alone takes longer
+
+
+# ---- resuming, with a stand-in for the run itself -----------------------------------------------------------------
+
+
+def smoke_protocol(rounds=3) -> Protocol:
+    return customised(PROTOCOLS["heterogeneity"], dataset="synthetic", rounds=rounds, num_sites=2)  # 2 methods × 3 β
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """Replace the simulator run by an instant fake record; returns the run ids started, in order."""
+    started = []
+
+    def fake_execute_run(spec, out_dir, data_root, progress, run_timeout=None, keep_work=False):
+        started.append(spec.run_id)
+        return fake_record(spec, [0.1 * (r + 1) for r in range(spec.settings.rounds)])
+
+    monkeypatch.setattr(runner, "execute_run", fake_execute_run)
+    monkeypatch.setattr(runner, "write_summary", lambda *a, **k: "summary.md")
+    return started
+
+
+def test_resume_redoes_only_missing_or_unreadable_runs(tmp_path, fake_runs):
+    protocol = smoke_protocol()
+    all_ids = [s.run_id for s in protocol.runs()]
+    assert runner.run_protocol(protocol, str(tmp_path), log=lambda _: None) == 0
+    assert fake_runs == all_ids and len(all_ids) == 6
+    fake_runs.clear()
+    runner.run_protocol(protocol, str(tmp_path), log=lambda _: None)
+    assert fake_runs == []
+    (tmp_path / "runs" / "moon-beta5-seed0.json").unlink()
+    truncated = tmp_path / "runs" / "fedavg-beta0.1-seed0.json"
+    truncated.write_text(truncated.read_text()[:50])  # as if the machine died mid-write without the atomic rename
+    runner.run_protocol(protocol, str(tmp_path), log=lambda _: None)
+    assert fake_runs == ["fedavg-beta0.1-seed0", "moon-beta5-seed0"]
+
+
+def test_an_interrupted_protocol_resumes_at_the_interrupted_run(tmp_path, fake_runs, monkeypatch):
+    protocol = smoke_protocol()
+    all_ids = [s.run_id for s in protocol.runs()]
+    finishing = runner.execute_run
+
+    def interrupted_at_the_third(spec, *args, **kwargs):
+        if len(fake_runs) == 2:
+            fake_runs.append(spec.run_id)
+            raise KeyboardInterrupt
+        return finishing(spec, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "execute_run", interrupted_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_protocol(protocol, str(tmp_path), log=lambda _: None)
+    assert sorted(p.stem for p in (tmp_path / "runs").glob("*.json")) == sorted(all_ids[:2])
+    fake_runs.clear()
+    monkeypatch.setattr(runner, "execute_run", finishing)
+    runner.run_protocol(protocol, str(tmp_path), log=lambda _: None)
+    assert fake_runs == all_ids[2:]
+
+
+def test_a_finished_run_made_with_other_settings_is_refused_before_anything_runs(tmp_path, fake_runs):
+    runner.run_protocol(smoke_protocol(rounds=3), str(tmp_path), log=lambda _: None)
+    fake_runs.clear()
+    with pytest.raises(runner.FinishedRunDiffers, match="another --out"):
+        runner.run_protocol(smoke_protocol(rounds=4), str(tmp_path), log=lambda _: None)
+    assert fake_runs == []
+
+
+def test_methods_must_be_registered(tmp_path):
+    with pytest.raises(ValueError, match="unknown method"):
+        runner.run_protocol(smoke_protocol(), str(tmp_path), methods=["fedavgg"], log=lambda _: None)
+
+
+# ---- a command method: progress, report, and a timeout that ends the whole tree -----------------------------------
+
+SCRIPT = r"""
+import json, subprocess, sys, time
+orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+print("orphan", orphan.pid, flush=True)
+for k in (1, 2):
+    print(f"site-{k}: test accuracy 0.{k}", flush=True)
+json.dump({"accuracy": 0.15}, open(sys.argv[1], "w"))
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def command_method(sleep_seconds: float) -> CommandMethod:
+    return CommandMethod(
+        "stand-in", lambda spec, report, data_root: [sys.executable, "-c", SCRIPT, report, str(sleep_seconds)],
+        lambda report, spec: {"rounds": [], "final_accuracy": json.load(open(report))["accuracy"]},
+        re.compile(r"site-\d+: test accuracy (?P<accuracy>[\d.]+)"), lambda spec: 2, "site",
+    )  # fmt: skip
+
+
+def command_spec(monkeypatch, sleep_seconds):
+    monkeypatch.setitem(METHODS, "stand_in", command_method(sleep_seconds))
+    return Protocol("t", "", Settings(), (Variant("stand_in"),)).runs()[0]
+
+
+def orphan_pid(out, spec) -> int:
+    return int(re.search(r"orphan (\d+)", (out / "logs" / f"{spec.run_id}.log").read_text()).group(1))
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_command_method_is_recorded_with_its_progress(tmp_path, monkeypatch):
+    spec = command_spec(monkeypatch, sleep_seconds=1)  # long enough for the watcher to see the orphan
+    lines = []
+    record = runner.execute_run(spec, str(tmp_path), None, Progress(1, lines.append))
+    assert record["final_accuracy"] == 0.15 and record["status"] == "complete"
+    assert any("site 2/2, test accuracy 20.00%" in line for line in lines)
+    assert gone(orphan_pid(tmp_path, spec))  # what the command left running is ended too
+
+
+def test_a_run_past_its_timeout_is_failed_and_its_whole_process_tree_ended(tmp_path, monkeypatch):
+    spec = command_spec(monkeypatch, sleep_seconds=120)
+    started = time.perf_counter()
+    with pytest.raises(runner.RunFailed, match="timed out"):
+        runner.execute_run(spec, str(tmp_path), None, Progress(1, lambda _: None), run_timeout=1.5)
+    assert time.perf_counter() - started < 30
+    assert gone(orphan_pid(tmp_path, spec))
+
+
+# ---- the derived tables on hand-made inputs -----------------------------------------------------------------------
+
+
+def fake_record(spec, curve):
+    """A finished run's record, as the runner writes it, with the given accuracy per round."""
+    return {
+        "status": "complete", "run_id": spec.run_id, "variant": spec.variant.name, "method": spec.variant.method,
+        "label": METHODS[spec.variant.method].label, "seed": spec.seed, "beta": spec.beta, "spec": spec.fingerprint(),
+        "final_accuracy": curve[-1], "rounds": [{"round": r, "test_accuracy": a, "round_seconds": 1.0}
+                                                for r, a in enumerate(curve)],
+        "wall_seconds": 1.0, "peak_rss_mb": {"clients": {}, "other": 0.0}, "environment": {"commit": "x"},
+    }  # fmt: skip
+
+
+def records(curves_by_method, beta=0.5):
+    """One fake record per curve: ``{method: [seed 0's curve, seed 1's, ...]}``."""
+    return [fake_record(RunSpec(Variant(method), seed, beta, Settings(rounds=4)), curve)
+            for method, curves in curves_by_method.items() for seed, curve in enumerate(curves)]  # fmt: skip
+
+
+def test_rounds_to_target_and_speedup():
+    assert rounds_to_target([0.1, 0.3, 0.5, 0.45, 0.6], 0.5) == 3  # the first round that reaches it
+    assert rounds_to_target([0.6, 0.1], 0.5) == 1
+    assert rounds_to_target([0.1, 0.4], 0.5) is None
+    assert speedup(30, 12) == 2.5
+    assert speedup(None, 3) is None and speedup(30, None) is None
+
+
+def test_mean_and_std_over_seeds():
+    mean, std = mean_std([0.6, 0.7, 0.8])
+    assert mean == pytest.approx(0.7) and std == pytest.approx(0.1 * math.sqrt(2 / 3))  # population std
+    assert mean_curve([[0.1, 0.3], [0.3, 0.5]]) == pytest.approx([0.2, 0.4])
+    with pytest.raises(ValueError):
+        mean_curve([[0.1], [0.1, 0.2]])
+
+
+def test_table_2_counts_rounds_on_the_mean_curves_against_fedavgs_final_accuracy():
+    groups = group_runs(records({
+        "fedavg": [[0.20, 0.40, 0.50, 0.60], [0.20, 0.30, 0.50, 0.50]],  # finals 0.6, 0.5: target 0.55; mean curve
+        "moon": [[0.30, 0.52, 0.60, 0.65], [0.30, 0.62, 0.60, 0.70]],  # reaches it at round 4; MOON's at round 2
+    }))  # fmt: skip
+    rows = rounds_to_target_rows(groups, "cifar10")
+    assert rows == [
+        ["FedAvg", "0.5", "55.00", "4 / 4", "1.00×", "1×"],
+        ["MOON", "0.5", "55.00", "2 / 4", "2.00×", "3.7×"],
+    ]
+    table_1 = final_accuracy_rows(groups, "cifar10")
+    assert table_1[0] == ["FedAvg", "0.5", "0, 1", "55.00 ± 5.00", "66.3"]
+    assert table_1[1] == ["MOON", "0.5", "0, 1", "67.50 ± 2.50", "69.1"]
+    assert final_accuracy_rows(groups, "synthetic")[1][-1] == "—"  # published numbers only for their dataset
+
+
+def test_a_method_that_never_reaches_the_target_has_no_speedup():
+    groups = group_runs(records({"fedavg": [[0.2, 0.4, 0.5, 0.6]], "scaffold": [[0.1, 0.2, 0.3, 0.4]]}))
+    assert rounds_to_target_rows(groups, "cifar10")[1][3:5] == ["not reached / 4", "—"]
+
+
+def test_solo_shows_its_spread_over_sites():
+    solo = records({"solo": [[0.4]]})[0]
+    solo.update(rounds=[], final_accuracy=0.4, final_accuracy_std_over_sites=0.05)
+    assert final_accuracy_rows(group_runs([solo]), "cifar10")[0][3] == "40.00 ± 5.00 (over sites)"
+
+
+def test_beta_sweep_has_a_column_per_beta():
+    runs = records({"fedavg": [[0.3]], "moon": [[0.4]]}, beta=0.1) + records({"fedavg": [[0.6]]}, beta=5.0)
+    headers, rows = beta_sweep_rows(group_runs(runs))
+    assert headers == ["method", "β = 0.1", "β = 5"]
+    assert rows == [["FedAvg", "30.00", "60.00"], ["MOON", "40.00", "—"]]
+
+
+def test_eta_extrapolates_the_current_run_and_the_finished_runs():
+    assert estimate_remaining(30, 3, 10, 2, [200.0]) == pytest.approx((70, 70 + 2 * 200))
+    assert estimate_remaining(30, 3, 10, 2, []) == pytest.approx((70, 70 + 2 * 100))
+    assert estimate_remaining(5, 0, 10, 1, []) == (None, None)
+
+
+def test_protocols_hold_the_documented_runs():
+    quick = PROTOCOLS["quick"]
+    assert (quick.settings.dataset, quick.settings.num_sites, quick.betas) == ("cifar10", 10, (0.5,))
+    seeds = {m: sorted(s.seed for s in quick.runs([m])) for m in ("moon", "fedavg", "fedprox")}
+    assert seeds == {"moon": [0, 1, 2], "fedavg": [0, 1, 2], "fedprox": [0]}
+    assert {s.beta for s in PROTOCOLS["heterogeneity"].runs()} == {0.1, 0.5, 5.0}
+    assert [s.run_id for s in PROTOCOLS["ablation"].runs(["moon_l2"])] == [
+        "moon_l2-mu0.1-beta0.5-seed0", "moon_l2-mu1-beta0.5-seed0", "moon_l2-mu5-beta0.5-seed0",
+    ]  # fmt: skip
+    paper = PROTOCOLS["paper"].settings
+    assert (paper.local_epochs, paper.rounds, paper.device, paper.solo_epochs_per_site) == (10, 100, "auto", 300)
+    with pytest.raises(ValueError, match="rounds"):
+        customised(quick, rounds=0)

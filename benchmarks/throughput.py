@@ -8,20 +8,29 @@ methods run interleaved, ``--repeats`` times, and the best round of each is kept
 machine does not bias one method. ``--synthetic-input`` skips data loading to show its share.
 
 A MOON step is 3 forwards + 1 backward against FedAvg's 1 + 1: with a backward worth about two forwards, the floor
-of the cost ratio is 5/3 ≈ 1.67.
+of the cost ratio is 5/3 ≈ 1.67. FedSSC adds only a K×D prototype product to MOON; FedSiam-DA trains a second model
+(the working global copy) and runs a history model: 2 + 1 forwards and 2 backwards, a floor of 7/3 ≈ 2.33. FedProx
+and SCAFFOLD add per-step parameter arithmetic. SOLO's step is FedAvg's.
 """
 
 import argparse
 import itertools
 import json
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 import torch
 
 from nvflare_moon.data import TensorBatchLoader, load_dataset, site_train_arrays, train_transform
 from nvflare_moon.models import Network
-from nvflare_moon.objectives import CrossEntropyObjective, MoonObjective
+from nvflare_moon.objectives import (
+    CrossEntropyObjective,
+    FedProxObjective,
+    FedSiamDAObjective,
+    FedSSCObjective,
+    MoonObjective,
+)
+from nvflare_moon.scaffold import ScaffoldRound
 from nvflare_moon.training import frozen_copy, sgd, train_local
 
 BATCH = 64
@@ -31,17 +40,49 @@ def fedavg_step(net: torch.nn.Module):
     return CrossEntropyObjective(), None
 
 
+def fedprox_step(net: torch.nn.Module):
+    return FedProxObjective(net, frozen_copy(net), mu=0.01), None
+
+
+def scaffold_step(net: torch.nn.Module):
+    return CrossEntropyObjective(), ScaffoldRound(net, lr=0.01).after_step
+
+
 def moon_step(net: torch.nn.Module):
     return MoonObjective(frozen_copy(net), [frozen_copy(Network(seed=1))], mu=5.0, temperature=0.5), None
 
 
-# method -> builds (objective, after_step) for a network that already holds the round's global weights
-METHODS: Dict[str, Callable] = {"fedavg": fedavg_step, "moon": moon_step}
+def fedssc_step(net: torch.nn.Module):
+    moon, _ = moon_step(net)
+    objective = FedSSCObjective(
+        moon, torch.randn(10, 256), torch.ones(10, dtype=torch.bool), mu_glob=1.0, temperature=0.5, num_classes=10
+    )
+    objective.record_class_means()  # the last local epoch's per-class means, FedSSC's most expensive epoch
+    return objective, None
 
 
-def time_method(make_step, batches, steps: int) -> float:
+def fedsiam_da_step(net: torch.nn.Module):
+    history = frozen_copy(Network(seed=1, predictor_hidden_dim=64))
+    make_optimizer = lambda model: sgd(model, 0.01, 0.9, 1e-5)  # noqa: E731
+    objective = FedSiamDAObjective(net, history, mu=1.0, make_optimizer=make_optimizer, history="epoch")
+    return objective, objective.step_working_global
+
+
+# method -> (network arguments, a builder of (objective, after_step) for a network holding the round's global weights).
+# SOLO's step is FedAvg's.
+METHODS: Dict[str, Tuple[dict, Callable]] = {
+    "fedavg": ({}, fedavg_step),
+    "fedprox": ({}, fedprox_step),
+    "scaffold": ({}, scaffold_step),
+    "moon": ({}, moon_step),
+    "fedssc": ({}, fedssc_step),
+    "fedsiam_da": ({"predictor_hidden_dim": 64}, fedsiam_da_step),
+}
+
+
+def time_method(network_args: dict, make_step, batches, steps: int) -> float:
     """Images per second over ``steps`` optimizer steps (after 5 warm-up steps)."""
-    net = Network(seed=0)
+    net = Network(seed=0, **network_args)
     objective, after_step = make_step(net)
     optimizer = sgd(net, 0.01, 0.9, 1e-5)
     cpu = torch.device("cpu")
@@ -83,7 +124,7 @@ def main() -> None:
     best = {m: 0.0 for m in methods}
     for _ in range(args.repeats):
         for m in methods:
-            best[m] = max(best[m], time_method(METHODS[m], batches, args.steps))
+            best[m] = max(best[m], time_method(*METHODS[m], batches, args.steps))
 
     print(f"simple-CNN, batch {BATCH}, {args.threads} threads, input: {source}")
     print(f"{'method':<12}{'img/s':>10}{'cost vs FedAvg':>16}")

@@ -29,7 +29,7 @@ def test_drop_in_example_trains_with_the_users_network_and_data(tmp_path, monkey
     monkeypatch.syspath_prepend(str(EXAMPLE))
     job_module = importlib.import_module("job")
     try:
-        job_module.build_job(str(tmp_path / "train"), str(tmp_path / "test"), num_sites=2, num_rounds=3).export_job(
+        job_module.build_job(str(tmp_path / "train"), str(tmp_path / "test"), num_sites=2, num_rounds=2).export_job(
             str(tmp_path / "jobs")
         )
     finally:
@@ -40,8 +40,8 @@ def test_drop_in_example_trains_with_the_users_network_and_data(tmp_path, monkey
     run = run_simulator(job_dir, tmp_path / "ws", n=2, t=1)  # one worker: client processes restart every task
     assert run.returncode == 0, run.output[-3000:]
     metrics = run.global_metrics()
-    assert [m["round"] for m in metrics] == [0, 1, 2]
+    assert [m["round"] for m in metrics] == [0, 1]
     assert metrics[-1]["test_loss"] < metrics[0]["test_loss"]
     for site in ("site-1", "site-2"):
         assert metrics[0]["site_weights"][site] == pytest.approx(0.5)  # 80 images each
-        assert metrics[2]["site_metrics"][site]["train_contrastive"] > 0
+        assert metrics[1]["site_metrics"][site]["train_contrastive"] > 0  # the previous model survived the restart

@@ -1,6 +1,6 @@
 """Local-training throughput per method, through the real data path, measured side by side in one process.
 
-    python benchmarks/throughput.py [--data-root DIR] [--threads 2] [--steps 60] [--repeats 3]
+    python benchmarks/throughput.py [--data-root DIR] [--threads 2] [--steps 60] [--repeats 3] [--device cuda]
 
 For every method it times full optimizer steps (batched uint8 augmentation, forwards, backward, SGD) on site-1's
 CIFAR-10 shard with the simple-CNN and batch 64, and prints images/s and the cost relative to a FedAvg step. The
@@ -30,6 +30,7 @@ from nvflare_moon.objectives import (
     FedSSCObjective,
     MoonObjective,
 )
+from nvflare_moon.runtime import resolve_device
 from nvflare_moon.scaffold import ScaffoldRound
 from nvflare_moon.training import frozen_copy, sgd, train_local
 
@@ -48,21 +49,31 @@ def scaffold_step(net: torch.nn.Module):
     return CrossEntropyObjective(), ScaffoldRound(net, lr=0.01).after_step
 
 
+def device_of(net: torch.nn.Module) -> torch.device:
+    return next(net.parameters()).device
+
+
 def moon_step(net: torch.nn.Module):
-    return MoonObjective(frozen_copy(net), [frozen_copy(Network(seed=1))], mu=5.0, temperature=0.5), None
+    previous = frozen_copy(Network(seed=1).to(device_of(net)))
+    return MoonObjective(frozen_copy(net), [previous], mu=5.0, temperature=0.5), None
 
 
 def fedssc_step(net: torch.nn.Module):
     moon, _ = moon_step(net)
     objective = FedSSCObjective(
-        moon, torch.randn(10, 256), torch.ones(10, dtype=torch.bool), mu_glob=1.0, temperature=0.5, num_classes=10
+        moon,
+        torch.randn(10, 256, device=device_of(net)),
+        torch.ones(10, dtype=torch.bool, device=device_of(net)),
+        mu_glob=1.0,
+        temperature=0.5,
+        num_classes=10,
     )
     objective.record_class_means()  # the last local epoch's per-class means, FedSSC's most expensive epoch
     return objective, None
 
 
 def fedsiam_da_step(net: torch.nn.Module):
-    history = frozen_copy(Network(seed=1, predictor_hidden_dim=64))
+    history = frozen_copy(Network(seed=1, predictor_hidden_dim=64).to(device_of(net)))
     make_optimizer = lambda model: sgd(model, 0.01, 0.9, 1e-5)  # noqa: E731
     objective = FedSiamDAObjective(net, history, mu=1.0, make_optimizer=make_optimizer, history="epoch")
     return objective, objective.step_working_global
@@ -80,22 +91,30 @@ METHODS: Dict[str, Tuple[dict, Callable]] = {
 }
 
 
-def time_method(network_args: dict, make_step, batches, steps: int) -> float:
+def time_method(network_args: dict, make_step, batches, steps: int, device: torch.device) -> float:
     """Images per second over ``steps`` optimizer steps (after 5 warm-up steps)."""
-    net = Network(seed=0, **network_args)
+    net = Network(seed=0, **network_args).to(device)
     objective, after_step = make_step(net)
     optimizer = sgd(net, 0.01, 0.9, 1e-5)
-    cpu = torch.device("cpu")
-    train_local(net, itertools.islice(batches(), 5), objective, optimizer, 1, cpu, after_step=after_step)
+    train_local(net, itertools.islice(batches(), 5), objective, optimizer, 1, device, after_step=after_step)
+    synchronize(device)
     started = time.perf_counter()
-    train_local(net, itertools.islice(batches(), steps), objective, optimizer, 1, cpu, after_step=after_step)
+    train_local(net, itertools.islice(batches(), steps), objective, optimizer, 1, device, after_step=after_step)
+    synchronize(device)
     return steps * BATCH / (time.perf_counter() - started)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so that the clock measures it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-root", default=None, help="folder with cifar-10-batches-py/ (default: $NVFLARE_MOON_DATA)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, auto (the data and its augmentation go there too)")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", default=",".join(METHODS))
@@ -103,9 +122,13 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
 
     if args.synthetic_input:
-        fixed = [(torch.randn(BATCH, 3, 32, 32), torch.randint(0, 10, (BATCH,))) for _ in range(8)]
+        fixed = [
+            (torch.randn(BATCH, 3, 32, 32, device=device), torch.randint(0, 10, (BATCH,), device=device))
+            for _ in range(8)
+        ]
 
         def batches():
             return itertools.cycle(fixed)
@@ -113,7 +136,9 @@ def main() -> None:
         source = "random tensors (no data loading)"
     else:
         shard = site_train_arrays(load_dataset("cifar10", args.data_root), "site-1", num_sites=10)
-        loader = TensorBatchLoader(shard, BATCH, train_transform("cifar10"), shuffle=True, drop_last=True, seed=0)
+        loader = TensorBatchLoader(
+            shard, BATCH, train_transform("cifar10"), shuffle=True, drop_last=True, seed=0, device=device
+        )
 
         def batches():
             return itertools.chain.from_iterable(itertools.repeat(loader))
@@ -124,15 +149,16 @@ def main() -> None:
     best = {m: 0.0 for m in methods}
     for _ in range(args.repeats):
         for m in methods:
-            best[m] = max(best[m], time_method(*METHODS[m], batches, args.steps))
+            best[m] = max(best[m], time_method(*METHODS[m], batches, args.steps, device))
 
-    print(f"simple-CNN, batch {BATCH}, {args.threads} threads, input: {source}")
+    print(f"simple-CNN, batch {BATCH}, device {device}, {args.threads} threads, input: {source}")
     print(f"{'method':<12}{'img/s':>10}{'cost vs FedAvg':>16}")
     for m in methods:
         print(f"{m:<12}{best[m]:>10.0f}{best['fedavg'] / best[m]:>15.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "input": source, "images_per_second": best}, f, indent=1)
+            figures = {"device": str(device), "threads": args.threads, "input": source, "images_per_second": best}
+            json.dump(figures, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Submit a job to a running federation (POC or production) with NVFlare's FLARE API, wait for it, fetch its results.
 
     python -m nvflare_moon.submit jobs/moon_cifar10 --startup-kit /path/to/admin@org.example --download results/
+    python -m nvflare_moon.submit --resume FAILED_JOB_ID --startup-kit /path/to/admin@org.example --download results/
 
-The same as ``nvflare job submit -j DIR``, ``nvflare job wait ID`` and ``nvflare job download ID -o OUT``, plus four
+The same as ``nvflare job submit -j DIR``, ``nvflare job wait ID`` and ``nvflare job download ID -o OUT``, plus five
 things NVFlare leaves to the user:
 
 - submitting is idempotent: the job goes in with a submit token made from the folder's content, for which NVFlare
@@ -11,7 +12,9 @@ things NVFlare leaves to the user:
   ``class_allow_list``, a missing dataset, ...), so the reason is visible without logging into a site;
 - a job lost to a server restart is reported: NVFlare 2.9 neither resumes such a job nor marks it failed, its status
   stays ``RUNNING`` for ever (see ``docs/deployment.md``);
-- the downloaded global model, ``global_metrics.jsonl`` and TensorBoard events are located and checked.
+- the downloaded global model, ``global_metrics.jsonl`` and TensorBoard events are located and checked;
+- a job that failed part-way (a site's job process died) is continued with ``--resume``: from the round after the
+  last one aggregated, with every site's state (:mod:`nvflare_moon.resume`).
 """
 
 import argparse
@@ -223,18 +226,58 @@ def run_job(
     return JobResults(session.download_job_result(job_id, os.path.abspath(download_to))).check()
 
 
+def continue_job(
+    session: Session, failed_job_id: str, work_dir: str, timeout: float, download_to: Optional[str] = None,
+    poll_interval: float = 2.0,
+) -> Optional[JobResults]:  # fmt: skip
+    """Continue a job that failed part-way (see :mod:`nvflare_moon.resume`): download its result into ``work_dir``,
+    write the continuation job there, and run it as :func:`run_job` does (once: the same continuation again gives the
+    job already submitted).
+
+    Raises:
+        ValueError: the job cannot be continued (still running, completed, SCAFFOLD, nothing aggregated yet).
+        JobFailed, JobLost, TimeoutError: see :func:`run_job`.
+    """
+    from .resume import make_continuation_job  # here, not above: it loads torch, and submitting needs none
+
+    status = session.get_job_meta(failed_job_id).get("status", "?")
+    if status == COMPLETED:
+        raise ValueError(f"job {failed_job_id} completed: there is nothing to continue")
+    if status in _UNFINISHED:
+        raise ValueError(f"job {failed_job_id} is {status}; continue it once it has ended (abort it if it is lost)")
+    work_dir = os.path.abspath(work_dir)
+    shutil.rmtree(os.path.join(work_dir, failed_job_id), ignore_errors=True)
+    result = session.download_job_result(failed_job_id, work_dir)
+    job_dir = make_continuation_job(result, failed_job_id, work_dir)
+    print(f"job {failed_job_id} ended {status}; its continuation: {job_dir}", flush=True)
+    return run_job(session, job_dir, timeout, download_to, poll_interval=poll_interval)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("job_dir", help="job folder, e.g. jobs/moon_cifar10")
+    parser.add_argument("job_dir", nargs="?", help="job folder, e.g. jobs/moon_cifar10")
+    parser.add_argument(
+        "--resume", metavar="JOB_ID",
+        help="instead of a job folder: continue this failed job from its last global model and every site's state",
+    )  # fmt: skip
+    parser.add_argument(
+        "--work-dir", default="continued_jobs",
+        help="with --resume: where the failed job's result and its continuation go (default %(default)s)",
+    )  # fmt: skip
     parser.add_argument("--startup-kit", required=True, help="the submitting admin's startup kit folder")
     parser.add_argument("--user", help="admin user name (default: the startup kit's folder name)")
     parser.add_argument("--timeout", type=float, default=24 * 3600, help="seconds to wait for the job")
     parser.add_argument("--download", metavar="DIR", help="download the results into DIR/<job_id>")
     parser.add_argument("--resubmit", action="store_true", help="submit again even if this folder was submitted")
     args = parser.parse_args(argv)
+    if (args.job_dir is None) == (args.resume is None):
+        parser.error("give either a job folder or --resume JOB_ID")
     session = open_session(args.startup_kit, args.user)
     try:
-        results = run_job(session, args.job_dir, args.timeout, args.download, args.resubmit)
+        if args.resume:
+            results = continue_job(session, args.resume, args.work_dir, args.timeout, args.download)
+        else:
+            results = run_job(session, args.job_dir, args.timeout, args.download, args.resubmit)
     except (JobFailed, JobLost, TimeoutError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

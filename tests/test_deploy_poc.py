@@ -5,7 +5,8 @@ up, poc/stop.py takes it down. Three tiny MOON jobs run on it at the same time, 
 beside others on the same sites:
 
 - ``moon_a``: submitted, awaited and downloaded by ``poc/run_job.py`` (FLARE API);
-- ``moon_killed``: site-1's job process is SIGKILLed during round 2;
+- ``moon_killed``: site-1's job process is SIGKILLed during round 2 (0-based); NVFlare fails the job, and its
+  continuation (``submit.continue_job``) runs the rounds left with every site's state;
 - ``moon_spoiled``: site-2 sends a NaN, a missing-key and a wrong-shape update in rounds 0-2 (the malformed ones
   before site-1's honest ones), and both sites a NaN one in round 3 (a test-only executor shipped in the job's
   ``custom/``; Inf is covered by test_bad_updates.py).
@@ -25,6 +26,7 @@ import pytest
 import torch
 
 from nvflare_moon import submit
+from nvflare_moon.resume import last_global_model
 from nvflare_moon.state import SiteStateStore
 
 from .conftest import REPO
@@ -38,6 +40,7 @@ from poc_workspace import PocWorkspace  # noqa: E402
 pytestmark = pytest.mark.deploy
 SITES = ["site-1", "site-2"]
 ROUNDS = 3
+KILLED_ROUNDS = 4  # the kill lands in round 2, so that round 3 is left for the continuation even if round 2 finished
 SPOIL_PLAN = {"site-2": ["nan", "missing_key", "wrong_shape", "nan"], "site-1": [None, None, None, "nan"]}
 SPOIL_REASONS = ["holds NaN or Inf", "keys differ", "has shape"]  # what the server says of site-2 in rounds 0-2
 HOLD_ROUNDS = [1, 2]  # rounds in which site-1 holds its honest reply until site-2's malformed one has arrived
@@ -117,7 +120,7 @@ def outcomes(poc):
     jobs = poc.root / "jobs"
     job_a = export_tiny_moon(jobs, "moon_a", ROUNDS)
     paths = {
-        "killed": export_tiny_moon(jobs, "moon_killed", ROUNDS),
+        "killed": export_tiny_moon(jobs, "moon_killed", KILLED_ROUNDS),
         "spoiled": spoiling_job(export_tiny_moon(jobs, "moon_spoiled", len(SPOIL_PLAN["site-2"]))),
     }
     run_a = subprocess.Popen(
@@ -129,8 +132,11 @@ def outcomes(poc):
         session = connect(poc.admin_kit, 60)
         try:
             ids = {name: session.submit_job(str(path)) for name, path in paths.items()}
-            state_at_kill = kill_job_process_after_round(poc, ids["killed"], "site-1", 0)
+            state_at_kill = kill_job_process_after_round(poc, ids["killed"], "site-1", 1)
             metas = {name: submit.wait_for_job(session, job_id, JOB_TIMEOUT) for name, job_id in ids.items()}
+            continued = submit.continue_job(
+                session, ids["killed"], str(poc.root / "continued"), JOB_TIMEOUT, str(poc.root / "results")
+            )
             spoiled = session.download_job_result(ids["spoiled"], str(poc.root / "results"))
             spoiled_reasons = submit.failure_reasons(session, ids["spoiled"])
             output_a, _ = run_a.communicate(timeout=JOB_TIMEOUT)
@@ -144,7 +150,7 @@ def outcomes(poc):
     return dict(
         ids=ids, metas=metas, run_a=run_a, output_a=output_a, results_a=submit.JobResults(
             str(poc.root / "results" / ids["a"])), spoiled=submit.JobResults(spoiled),
-        state_at_kill=state_at_kill, spoiled_reasons=spoiled_reasons,
+        state_at_kill=state_at_kill, spoiled_reasons=spoiled_reasons, continued=continued,
     )  # fmt: skip
 
 
@@ -207,18 +213,35 @@ def test_jobs_running_at_once_keep_separate_moon_states(poc, outcomes):
         np.testing.assert_allclose(value.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_a_site_job_process_killed_mid_job_fails_the_job_and_keeps_the_site_state(poc, outcomes):
+def test_a_site_killed_mid_job_fails_the_job_and_its_continuation_completes_with_the_site_state(poc, outcomes):
     """NVFlare 2.9 restarts neither the process nor the job: the site's parent reports the death and the server fails
-    the whole job at once. The site's MOON state stays as saved before the kill, valid and job-scoped."""
-    job_id = outcomes["ids"]["killed"]
+    the whole job at once. The site's MOON state stays as saved before the kill. The job's continuation runs the rounds
+    left from the last global model, and the killed site's first continued round trains with that saved state."""
+    failed = outcomes["ids"]["killed"]
     assert outcomes["metas"]["killed"]["status"] == "FINISHED:EXECUTION_EXCEPTION"
     server_log = (poc.site("server") / "log.txt").read_text()
-    assert f"Failing job {job_id} due to reported failure from site-1" in server_log
-    record = site_state(poc, "site-1", job_id)
-    assert record["round"] == outcomes["state_at_kill"]["round"] == 0
+    assert f"Failing job {failed} due to reported failure from site-1" in server_log
+    record = site_state(poc, "site-1", failed)
+    assert record["round"] == outcomes["state_at_kill"]["round"] == 1
     for name, value in outcomes["state_at_kill"]["payload"]["previous_models"][-1].items():
         assert torch.equal(record["payload"]["previous_models"][-1][name], value)
     assert outcomes["metas"]["a"]["status"] == submit.COMPLETED  # the other jobs on site-1 were not disturbed
+
+    continued = outcomes["continued"]  # it completed: continue_job raises otherwise
+    continued_id = Path(continued.root).name
+    _, last_aggregated = last_global_model(str(poc.root / "continued" / failed))
+    assert last_aggregated in (0, 1)  # whether site-1's round-1 reply got out before the kill is a race
+    metrics = continued.metrics()
+    assert [m["round"] for m in metrics] == list(range(last_aggregated + 1, KILLED_ROUNDS))
+    for site in SITES:  # MOON's term is dropped only when a site has no previous model
+        assert metrics[0]["site_metrics"][site]["train_contrastive"] > 0
+    site_log = (poc.site("site-1") / continued_id / "log.txt").read_text()
+    assert f"continuing job {failed}: took its moon_state state, saved in round 1" in site_log
+    if last_aggregated == 0:  # round 1 runs again: its own earlier upload is not its previous model
+        assert "round 1: ignoring the stored uploads of rounds [1]" in site_log
+    final = site_state(poc, "site-1", continued_id)
+    assert final["round"] == KILLED_ROUNDS - 1 and final["payload"]["rounds"] == [KILLED_ROUNDS - 2, KILLED_ROUNDS - 1]
+    assert site_state(poc, "site-1", failed)["round"] == 1  # the failed job's own state is left as it was
 
 
 def test_bad_updates_are_rejected_naming_the_site_and_no_valid_update_fails_the_job(outcomes):

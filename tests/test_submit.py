@@ -7,7 +7,9 @@ import pytest
 
 from nvflare.fuel.flare_api.api_spec import NoConnection
 
-from nvflare_moon.submit import JobFailed, JobLost, JobResults, error_lines, job_lost_reason, submit_token, wait_for_job
+from nvflare_moon.submit import (
+    JobFailed, JobLost, JobResults, continue_job, error_lines, job_lost_reason, submit_token, wait_for_job,
+)  # fmt: skip
 
 SITE_ERROR_LOG = """\
 2026-11-29 20:27:41,520 - ClientRunner - INFO - [identity=site-1] - client runner started
@@ -118,3 +120,19 @@ def test_results_that_lack_a_file_are_reported(tmp_path):
     (tmp_path / "j1" / "workspace" / "tb_events").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="FL_global_model.pt"):
         JobResults(str(tmp_path / "j1")).check()
+
+
+@pytest.mark.parametrize(
+    "status, message",
+    [("FINISHED:COMPLETED", "completed: there is nothing to continue"), ("RUNNING", "is RUNNING; continue it once")],
+)
+def test_only_an_ended_job_that_did_not_complete_can_be_continued(tmp_path, status, message):
+    class JobSession:
+        def get_job_meta(self, job_id):
+            return {"job_id": job_id, "status": status}
+
+        def download_job_result(self, job_id, dest):
+            raise AssertionError("nothing is downloaded for a job that cannot be continued")
+
+    with pytest.raises(ValueError, match=message):
+        continue_job(JobSession(), "job-1", str(tmp_path), timeout=1)

@@ -67,6 +67,8 @@ class FedAvgExecutor(Executor):
         device: ``"auto"`` (GPU if visible), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
         num_threads: torch CPU threads; None shares the cores among the simulator's parallel workers.
         train_task_name: the task this executor answers.
+        resume_from_job_id: the id of the failed job that this job continues (see :mod:`nvflare_moon.resume`).
+            Where this site has no state of its own yet, it takes the state it saved in that job.
     """
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
@@ -93,6 +95,7 @@ class FedAvgExecutor(Executor):
         device: str = "auto",
         num_threads: Optional[int] = None,
         train_task_name: str = AppConstants.TASK_TRAIN,
+        resume_from_job_id: Optional[str] = None,
     ):
         super().__init__()
         if isinstance(dataset, str):
@@ -115,6 +118,8 @@ class FedAvgExecutor(Executor):
         resolve_device(device)
         if num_threads is not None:
             check_number("num_threads", num_threads, low=1, integer=True)
+        if resume_from_job_id is not None and (not isinstance(resume_from_job_id, str) or not resume_from_job_id):
+            raise ValueError(f"resume_from_job_id must be a job id or None, got {resume_from_job_id!r}")
         self.dataset = dataset
         self.data_root = data_root
         self.download = download
@@ -131,6 +136,7 @@ class FedAvgExecutor(Executor):
         self.device = device
         self.num_threads = num_threads
         self.train_task_name = train_task_name
+        self.resume_from_job_id = resume_from_job_id
         self._net: Optional[nn.Module] = None
         self._train_data = None
         self._num_samples = 0
@@ -258,8 +264,31 @@ class FedAvgExecutor(Executor):
         """Extra numpy/plain values to send beside the weights."""
         return {}
 
-    def state_store(self, name: str, fl_ctx: FLContext) -> SiteStateStore:
-        """A job-scoped store in this site's run directory (never the working directory, shared by POC jobs)."""
-        job_id = fl_ctx.get_job_id()
+    def state_store(self, name: str, fl_ctx: FLContext, job_id: Optional[str] = None) -> SiteStateStore:
+        """A job-scoped store in this site's run directory for the job (default: this one), never the working
+        directory, which POC jobs share."""
+        job_id = job_id or fl_ctx.get_job_id()
         run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(job_id)
         return SiteStateStore(os.path.join(run_dir, "nvflare_moon"), name, fl_ctx.get_identity_name(), job_id)
+
+    def load_state(self, name: str, fl_ctx: FLContext) -> Optional[Dict[str, Any]]:
+        """This site's stored ``name`` record for this job, or None. A continuation job (``resume_from_job_id``) with
+        no record of its own yet takes the failed job's and saves a copy in its own run folder, so that a
+        continuation of the continuation finds it too, and two jobs never write to the same file.
+
+        Raises:
+            StateUnusable: see :meth:`SiteStateStore.load`.
+        """
+        own = self.state_store(name, fl_ctx)
+        record = own.load()
+        if record is not None or self.resume_from_job_id is None:
+            return record
+        record = self.state_store(name, fl_ctx, self.resume_from_job_id).load()
+        if record is None:
+            self.log_warning(fl_ctx, f"this site has no {name} state from job {self.resume_from_job_id}")
+            return None
+        own.save(record["round"], record["payload"])
+        self.log_info(
+            fl_ctx, f"continuing job {self.resume_from_job_id}: took its {name} state, saved in round {record['round']}"
+        )
+        return record

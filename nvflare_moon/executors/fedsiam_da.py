@@ -47,7 +47,7 @@ class FedSiamDAExecutor(PreviousUploadsExecutor):
 
     def make_objective(self, round_number: int, fl_ctx: FLContext) -> FedSiamDAObjective:
         without = "the history term" + (" in the first epoch" if self.history == "epoch" else "")
-        previous = self.load_previous_uploads(fl_ctx, without=without)
+        previous = self.load_previous_uploads(round_number, fl_ctx, without=without)
         if not previous:
             site = fl_ctx.get_identity_name()
             self.log_info(fl_ctx, f"{site}: round {round_number}: no previous upload yet, training without {without}")

@@ -53,7 +53,7 @@ class MoonExecutor(PreviousUploadsExecutor):
         if self.representation_loss != "contrastive":
             squared = self.representation_loss == "l2_squared"
             return RepresentationL2Objective(frozen_copy(self._net), self.mu, squared=squared)
-        previous_models = self.load_previous_uploads(fl_ctx, without="the contrastive term")
+        previous_models = self.load_previous_uploads(round_number, fl_ctx, without="the contrastive term")
         if not previous_models:
             self.log_info(fl_ctx, f"round {round_number}: no previous local model yet, the contrastive term is dropped")
         return MoonObjective(frozen_copy(self._net), previous_models, self.mu, self.temperature)

@@ -54,13 +54,14 @@ def prototype_contrastive_loss(
         temperature: τ > 0.
     """
     available = available.to(device=z.device, dtype=torch.bool)
-    counted = available[labels]
-    if not counted.any():
-        return z.new_zeros(())
-    shared = F.normalize(prototypes.detach().to(z.device, z.dtype)[available], dim=1)  # [|A|, D]; others unread
-    logits = F.normalize(z[counted], dim=1) @ shared.T / temperature
-    position_in_shared = torch.cumsum(available.long(), 0) - 1  # class index -> its row in `shared`
-    return F.cross_entropy(logits, position_in_shared[labels[counted]], reduction="sum") / len(z)
+    prototypes = prototypes.detach().to(z.device, z.dtype)
+    shared = F.normalize(torch.where(available[:, None], prototypes, 0.0), dim=1)  # [K, D]; others never read
+    logits = F.normalize(z, dim=1) @ shared.T / temperature
+    # Unavailable classes leave the softmax (exp underflows to exactly 0); written without boolean indexing, which
+    # would make the GPU wait for the CPU at every step.
+    logits = logits.masked_fill(~available, torch.finfo(logits.dtype).min)
+    per_sample = F.cross_entropy(logits, labels, reduction="none")
+    return torch.where(available[labels], per_sample, 0.0).sum() / len(z)
 
 
 def simsiam_distance(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,7 @@ class ClassMeanAccumulator:
             self._sums = torch.zeros(self.num_classes, z.shape[1], dtype=torch.float64, device=z.device)
             self._counts = torch.zeros(self.num_classes, dtype=torch.int64, device=z.device)
         self._sums.index_add_(0, labels, z.double())
-        self._counts += torch.bincount(labels, minlength=self.num_classes)
+        self._counts.index_add_(0, labels, torch.ones_like(labels))  # not bincount: on a GPU it waits for the CPU
 
     def result(self) -> Tuple[np.ndarray, np.ndarray]:
         """``(means [K, D] float32, counts [K] int64)``; a class never seen has a zero mean and count 0."""

@@ -166,7 +166,11 @@ class BatchTransform:
                              f"{getattr(images, 'dtype', type(images))} {tuple(getattr(images, 'shape', ()))}")
         if not self.is_random:
             return self.normalize(images)
-        return self.apply(images, *self.sample_params(images.shape[0], generator))
+        params = self.sample_params(images.shape[0], generator)
+        if images.is_cuda and not params[0].is_cuda:
+            # through pinned memory, asynchronously: a plain copy would make the CPU wait for the GPU at every batch
+            params = tuple(p.pin_memory().to(images.device, non_blocking=True) for p in params)
+        return self.apply(images, *params)
 
 
 def _reflect_table(n: int, p: int, device) -> torch.Tensor:

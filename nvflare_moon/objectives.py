@@ -5,7 +5,7 @@ built once per round, holding whatever the round needs (the frozen global model,
 """
 
 import copy
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CIFAR10 = REPO.parent / "shared" / "data" / "cifar10"
@@ -27,6 +28,11 @@ class SimulatorRun:
     def global_metrics(self) -> list:
         path = self.server_dir() / "global_metrics.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def last_upload(self, site: str, state_name: str):
+        """``(round, state dict)`` of the last upload that ``site`` stored in its state file ``state_name``."""
+        record = torch.load(self.site_dir(site) / "nvflare_moon" / f"{state_name}.pt", weights_only=True)
+        return record["round"], record["payload"]["previous_models"][-1]
 
 
 def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300) -> SimulatorRun:

@@ -37,11 +37,6 @@ def final_global(run):
     return {k: v.numpy() for k, v in saved["model"].items()}
 
 
-def last_upload(run, site):
-    record = torch.load(run.site_dir(site) / "nvflare_moon" / "moon_state.pt", weights_only=True)
-    return record["round"], record["payload"]["previous_models"][-1]
-
-
 @pytest.mark.parametrize("t", [3, 2])
 def test_job_completes_and_reports_global_accuracy_every_round(runs, t):
     run = runs[t]
@@ -62,7 +57,7 @@ def test_rounds_after_the_first_use_the_persisted_previous_model(runs, t):
         for later in metrics[1:]:
             contrastive = later["site_metrics"][site]["train_contrastive"]
             assert contrastive > 0 and abs(contrastive - math.log(2)) > 1e-3, "a real previous model, not z_glob"
-        saved_round, _ = last_upload(run, site)
+        saved_round, _ = run.last_upload(site, "moon_state")
         assert saved_round == ROUNDS - 1
     assert run.output.count("no previous local model yet") == len(SITES)
 
@@ -73,7 +68,7 @@ def test_global_model_is_the_sample_weighted_average_of_the_uploads(runs, t):
     splits = load_dataset("synthetic", None)
     sizes = np.array([len(site_train_arrays(splits, s, 3)) for s in SITES], dtype=np.float64)
     weights = sizes / sizes.sum()
-    uploads = [last_upload(run, s)[1] for s in SITES]
+    uploads = [run.last_upload(s, "moon_state")[1] for s in SITES]
     expected = {k: sum(w * u[k].double().numpy() for w, u in zip(weights, uploads)) for k in uploads[0]}
     got = final_global(run)
     for k in expected:

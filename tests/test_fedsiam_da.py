@@ -320,11 +320,6 @@ def fedsiam_run(tmp_path_factory):
     return export_and_run(recipe, tmp_path_factory.mktemp("fedsiam_e2e"), n=3, t=2)
 
 
-def last_upload(run, site):
-    record = torch.load(run.site_dir(site) / "nvflare_moon" / "fedsiam_da_state.pt", weights_only=True)
-    return record["round"], record["payload"]["previous_models"][-1]
-
-
 @pytest.mark.e2e
 def test_fedsiam_da_job_runs_with_restarted_clients_and_persisted_history(fedsiam_run):
     run = fedsiam_run
@@ -334,7 +329,7 @@ def test_fedsiam_da_job_runs_with_restarted_clients_and_persisted_history(fedsia
     # only round 0 lacks a previous upload: later rounds find it although every task runs in a new process
     assert run.output.count("no previous upload yet") == len(SITES)
     for site in SITES:
-        assert last_upload(run, site)[0] == ROUNDS - 1
+        assert run.last_upload(site, "fedsiam_da_state")[0] == ROUNDS - 1
         for record in metrics:
             assert {"train_siamese", "train_history"} <= set(record["site_metrics"][site])
 
@@ -355,7 +350,7 @@ def test_xi_reaches_the_metrics_file_and_tensorboard_and_builds_the_global_model
 
     # the final global model is Σ ξ_k·w_k of the last uploads; integer buffers are their weighted FedAvg
     saved = torch.load(run.server_dir() / "app_server" / "FL_global_model.pt", weights_only=False)["model"]
-    uploads = [last_upload(run, s)[1] for s in SITES]
+    uploads = [run.last_upload(s, "fedsiam_da_state")[1] for s in SITES]
     xi = [metrics[-1]["site_dual_weights"][s] for s in SITES]
     fedavg = metrics[-1]["site_weights"]
     assert "predictor.0.weight" in saved

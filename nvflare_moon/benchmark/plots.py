@@ -10,7 +10,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..data import load_dataset, site_partition  # noqa: E402
-from .tables import Group, curve, mean_curve, target_analysis  # noqa: E402
+from .tables import Group, curve, target_analysis  # noqa: E402
 
 
 def _close(fig, path: str) -> str:

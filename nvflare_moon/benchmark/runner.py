@@ -16,7 +16,6 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence

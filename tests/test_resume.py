@@ -15,6 +15,7 @@ import torch
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import ScaffoldRecipe
 from nvflare_moon.resume import CHECKPOINT_NAME, last_global_model, make_continuation_job
+from nvflare_moon.submit import submit_token
 
 from .federation import export_tiny_moon
 
@@ -85,3 +86,12 @@ def test_scaffold_is_refused_because_its_server_control_is_not_in_the_checkpoint
     result = failed_result(tmp_path, tmp_path / "jobs" / "scaffold_tiny", last_round=1)
     with pytest.raises(ValueError, match="SCAFFOLD keeps its global control variate on the server"):
         make_continuation_job(str(result), "failed-id", str(tmp_path / "continued"))
+
+
+def test_building_the_continuation_again_gives_the_same_job_so_submitting_again_returns_the_first(tmp_path):
+    """``submit.continue_job`` run twice (after a lost terminal, say) must not start a second continuation: NVFlare
+    returns the job already submitted only for the same submit token, which follows the folder's content."""
+    result = failed_result(tmp_path, export_tiny_moon(tmp_path / "jobs", "moon_tiny", ROUNDS), last_round=1)
+    first = make_continuation_job(str(result), "failed-id", str(tmp_path / "first"))
+    second = make_continuation_job(str(result), "failed-id", str(tmp_path / "second"))
+    assert submit_token(first) == submit_token(second)

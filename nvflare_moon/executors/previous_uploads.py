@@ -73,8 +73,8 @@ class PreviousUploadsExecutor(FedAvgExecutor):
         ):
             self.log_warning(
                 fl_ctx,
-                f"stored previous models (round {record['round']}) do not match this job's network; "
-                f"training this round without {without}",
+                f"stored previous models (round {record['round']}) do not match this job's network or lack their "
+                f"rounds; training this round without {without}",
             )
             return []
         earlier = [(r, s) for r, s in zip(rounds, states) if r < round_number]

@@ -82,9 +82,9 @@ def measure_federated(method: str, arch: str, dataset: str, data_root: str, num_
 
     from nvflare_moon.data import NUM_CLASSES
     from nvflare_moon.executors import FedAvgExecutor, FedProxExecutor, MoonExecutor, ScaffoldExecutor
-    from nvflare_moon.executors.fedavg import state_dict_to_numpy
+    from nvflare_moon.core.weights import state_dict_to_numpy
     from nvflare_moon.models import Network
-    from nvflare_moon.scaffold import apply_control_deltas
+    from nvflare_moon.core.scaffold import apply_control_deltas
 
     after_imports = rss_mb()
     executor_class = {"fedavg": FedAvgExecutor, "fedprox": FedProxExecutor, "scaffold": ScaffoldExecutor,
@@ -121,7 +121,7 @@ def measure_solo(arch: str, dataset: str, data_root: str, num_sites: int) -> dic
     from nvflare_moon.data import train_transform
     from nvflare_moon.models import Network
     from nvflare_moon.solo import EVAL_BATCH_SIZE, train_solo_site
-    from nvflare_moon.training import evaluate
+    from nvflare_moon.core.training import evaluate
 
     after_imports = rss_mb()
     splits = load_dataset(dataset, data_root, download=False)

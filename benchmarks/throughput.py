@@ -23,7 +23,7 @@ import torch
 
 from nvflare_moon.data import TensorBatchLoader, load_dataset, site_train_arrays, train_transform
 from nvflare_moon.models import Network
-from nvflare_moon.objectives import (
+from nvflare_moon.core.objectives import (
     CrossEntropyObjective,
     FedProxObjective,
     FedSiamDAObjective,
@@ -31,8 +31,8 @@ from nvflare_moon.objectives import (
     MoonObjective,
 )
 from nvflare_moon.runtime import resolve_device
-from nvflare_moon.scaffold import ScaffoldRound
-from nvflare_moon.training import frozen_copy, sgd, train_local
+from nvflare_moon.core.scaffold import ScaffoldRound
+from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 BATCH = 64
 

@@ -26,8 +26,8 @@ from .data import NUM_CLASSES
 from .executors import (
     FedAvgExecutor, FedProxExecutor, FedSiamDAExecutor, FedSSCExecutor, MoonExecutor, ScaffoldExecutor,
 )  # fmt: skip
+from .core.sampling import sites_per_round
 from .models import Network
-from .sampling import sites_per_round
 from .server import (
     DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, SampledFedAvg, ScaffoldAggregator,
     WeightedFedAvgAggregator,

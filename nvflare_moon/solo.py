@@ -25,10 +25,10 @@ import torch.nn as nn
 
 from .data import (DATASETS, NUM_CLASSES, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_train_arrays,
                    test_transform, train_transform)  # fmt: skip
+from .core.objectives import CrossEntropyObjective
+from .core.training import Batch, TrainResult, evaluate, sgd, train_local
 from .models import BACKBONES, Network
-from .objectives import CrossEntropyObjective
 from .runtime import resolve_device
-from .training import Batch, TrainResult, evaluate, sgd, train_local
 from .validation import check_choice, check_number
 
 EVAL_BATCH_SIZE = 500

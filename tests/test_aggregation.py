@@ -5,7 +5,7 @@ import pytest
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from nvflare_moon.aggregation import normalized_weights, update_problem, weighted_average
+from nvflare_moon.core.aggregation import normalized_weights, update_problem, weighted_average
 from nvflare_moon.server import WeightedFedAvgAggregator
 
 

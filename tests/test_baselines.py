@@ -12,10 +12,10 @@ from nvflare.app_common.app_constant import AlgorithmConstants
 
 from nvflare_moon.executors import FedProxExecutor, ScaffoldExecutor
 from nvflare_moon.models import Network, ProjectionModel
-from nvflare_moon.objectives import CrossEntropyObjective, FedProxObjective
-from nvflare_moon.scaffold import ScaffoldRound, apply_control_deltas
+from nvflare_moon.core.objectives import CrossEntropyObjective, FedProxObjective
+from nvflare_moon.core.scaffold import ScaffoldRound, apply_control_deltas
 from nvflare_moon.server import ScaffoldAggregator
-from nvflare_moon.training import frozen_copy
+from nvflare_moon.core.training import frozen_copy
 
 C_GLOBAL, C_DIFF = AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL, AlgorithmConstants.SCAFFOLD_CTRL_DIFF
 

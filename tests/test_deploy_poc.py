@@ -27,7 +27,7 @@ import torch
 
 from nvflare_moon import submit
 from nvflare_moon.resume import last_global_model
-from nvflare_moon.state import SiteStateStore
+from nvflare_moon.core.state import SiteStateStore
 
 from .conftest import REPO
 from .federation import (

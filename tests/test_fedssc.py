@@ -12,16 +12,16 @@ import torch.nn as nn
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from nvflare_moon.executors import FedSSCExecutor
-from nvflare_moon.losses import prototype_contrastive_loss
+from nvflare_moon.core.losses import prototype_contrastive_loss
 from nvflare_moon.models import Network, ProjectionModel
-from nvflare_moon.objectives import FedSSCObjective, MoonObjective
-from nvflare_moon.prototypes import (
+from nvflare_moon.core.objectives import FedSSCObjective, MoonObjective
+from nvflare_moon.core.prototypes import (
     CLASS_COUNTS, CLASS_MEANS, PROTOTYPE_AVAILABLE, PROTOTYPES, ClassMeanAccumulator, prepare_upload,
     read_shared_prototypes, select_prototypes, usable_class_means,
 )  # fmt: skip
 from nvflare_moon.recipes import FedSSCRecipe
 from nvflare_moon.server import PrototypeSharingAggregator
-from nvflare_moon.training import frozen_copy, sgd, train_local
+from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nvflare_moon.losses import model_contrastive_loss
+from nvflare_moon.core.losses import model_contrastive_loss
 
 
 def test_value_matches_a_hand_computation():

@@ -13,7 +13,7 @@ from nvflare.apis.fl_context import FLContext
 
 from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.models import Network
-from nvflare_moon.state import SiteStateStore
+from nvflare_moon.core.state import SiteStateStore
 
 
 def site_context(run_dir, site="site-1", job="job-1"):

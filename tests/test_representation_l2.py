@@ -5,11 +5,11 @@ import torch
 import torch.nn.functional as F
 
 from nvflare_moon.executors import MoonExecutor
-from nvflare_moon.losses import representation_l2_loss
+from nvflare_moon.core.losses import representation_l2_loss
 from nvflare_moon.models import Network
-from nvflare_moon.objectives import RepresentationL2Objective
+from nvflare_moon.core.objectives import RepresentationL2Objective
 from nvflare_moon.recipes import MoonRecipe
-from nvflare_moon.training import frozen_copy
+from nvflare_moon.core.training import frozen_copy
 
 
 def test_value_matches_a_hand_computation():

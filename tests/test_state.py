@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from nvflare_moon.state import SiteStateStore, StateUnusable, tensor_signature
+from nvflare_moon.core.state import SiteStateStore, StateUnusable, tensor_signature
 
 
 def store(tmp_path, site="site-1", job="job-a"):

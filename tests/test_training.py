@@ -5,8 +5,8 @@ import torch
 import torch.nn as nn
 
 from nvflare_moon.models import ProjectionModel
-from nvflare_moon.objectives import CrossEntropyObjective, MoonObjective
-from nvflare_moon.training import evaluate, frozen_copy, sgd, train_local
+from nvflare_moon.core.objectives import CrossEntropyObjective, MoonObjective
+from nvflare_moon.core.training import evaluate, frozen_copy, sgd, train_local
 
 
 def tiny_net(seed=0, batchnorm=False):

@@ -1,4 +1,4 @@
-"""Client executors: thin NVFlare wiring over :mod:`nvflare_moon.training`."""
+"""Client executors: thin NVFlare wiring over :mod:`nvflare_moon.core.training`."""
 
 from .fedavg import FedAvgExecutor
 from .fedprox import FedProxExecutor

@@ -2,7 +2,7 @@
 
 :class:`FedAvgExecutor` receives the global model, trains it locally with the papers' optimiser on the site's data and
 returns the weights with the number of training samples. Subclasses change only the objective and the state kept
-between rounds (:meth:`make_objective`, :meth:`after_training`); the math lives in :mod:`nvflare_moon.training`.
+between rounds (:meth:`make_objective`, :meth:`after_training`); the math lives in :mod:`nvflare_moon.core.training`.
 """
 
 import os
@@ -25,26 +25,14 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
+from ..core.objectives import CrossEntropyObjective
+from ..core.state import SiteStateStore
+from ..core.training import sgd, train_local
+from ..core.weights import load_numpy_state, state_dict_to_numpy
 from ..data import DATASETS, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_train_arrays, train_transform
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
-from ..state import SiteStateStore
-from ..objectives import CrossEntropyObjective
-from ..training import sgd, train_local
 from ..validation import check_choice, check_number
-
-
-def state_dict_to_numpy(model: nn.Module) -> Dict[str, np.ndarray]:
-    return {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
-
-
-def load_numpy_state(model: nn.Module, params: Dict[str, Any]) -> None:
-    """Load received weights (numpy or torch) into ``model``; every entry must be present with the right shape."""
-    own = model.state_dict()
-    missing, unexpected = sorted(set(own) - set(params)), sorted(set(params) - set(own))
-    if missing or unexpected:
-        raise ValueError(f"received model does not match the local network: missing {missing}, unexpected {unexpected}")
-    model.load_state_dict({name: torch.as_tensor(np.asarray(value)) for name, value in params.items()})
 
 
 class FedAvgExecutor(Executor):

@@ -9,8 +9,8 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.utils.fedprox_utils import get_fedprox_mu
 
-from ..objectives import FedProxObjective
-from ..training import frozen_copy
+from ..core.objectives import FedProxObjective
+from ..core.training import frozen_copy
 from .fedavg import FedAvgExecutor
 
 

@@ -1,14 +1,14 @@
 """FedSiam-DA's client: Siamese local training against a trainable copy of the global model and a history model.
 
-The objective and the working global copy live in :class:`~nvflare_moon.objectives.FedSiamDAObjective`; this executor
+The objective and the working global copy live in :class:`~nvflare_moon.core.objectives.FedSiamDAObjective`; this executor
 builds it every round, steps the working copy after every optimizer step, takes the epoch history snapshot, and keeps
 the previous upload in a job-scoped state file so that a restarted client process (``-t < -n``) still has it.
 """
 
 from nvflare.apis.fl_context import FLContext
 
-from ..objectives import HISTORY_CHOICES, FedSiamDAObjective
-from ..training import sgd
+from ..core.objectives import HISTORY_CHOICES, FedSiamDAObjective
+from ..core.training import sgd
 from ..validation import check_choice, check_number
 from .fedavg import FedAvgExecutor
 from .previous_uploads import PreviousUploadsExecutor

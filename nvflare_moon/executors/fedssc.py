@@ -3,9 +3,9 @@
 Every round the site
 - reads the prototypes and their availability mask that came with the global model (none in round 0: the prototype
   term is dropped and the loss is exactly MOON's);
-- trains on ``CE + μ_moon·ℓ_moon + μ_glob·ℓ_glob`` (:class:`~nvflare_moon.objectives.FedSSCObjective`), keeping the
+- trains on ``CE + μ_moon·ℓ_moon + μ_glob·ℓ_glob`` (:class:`~nvflare_moon.core.objectives.FedSSCObjective`), keeping the
   per-class mean projection over the training forward passes of the last local epoch;
-- uploads those means and counts beside the weights (:func:`~nvflare_moon.prototypes.prepare_upload`: classes with
+- uploads those means and counts beside the weights (:func:`~nvflare_moon.core.prototypes.prepare_upload`: classes with
   fewer than ``min_class_count`` samples withheld, optional clipping and Gaussian noise).
 MOON's previous models persist between rounds as in :class:`MoonExecutor`.
 """
@@ -18,9 +18,9 @@ import torch
 from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from ..core.objectives import FedSSCObjective
+from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, prepare_upload, read_shared_prototypes
 from ..models import ProjectionModel
-from ..objectives import FedSSCObjective
-from ..prototypes import CLASS_COUNTS, CLASS_MEANS, prepare_upload, read_shared_prototypes
 from ..validation import check_number
 from .moon import MoonExecutor
 

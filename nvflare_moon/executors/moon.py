@@ -7,8 +7,8 @@ or is restarted for every task (NVFlare's simulator with ``-t < -n``).
 
 from nvflare.apis.fl_context import FLContext
 
-from ..objectives import CrossEntropyObjective, MoonObjective, RepresentationL2Objective
-from ..training import frozen_copy
+from ..core.objectives import CrossEntropyObjective, MoonObjective, RepresentationL2Objective
+from ..core.training import frozen_copy
 from ..validation import check_choice, check_number
 from .fedavg import FedAvgExecutor
 from .previous_uploads import PreviousUploadsExecutor
@@ -26,7 +26,7 @@ class MoonExecutor(PreviousUploadsExecutor):
         num_previous_models: m ≥ 1, how many previous local models serve as negatives (paper: 1).
         representation_loss: ``"contrastive"`` (MOON) or the paper's ablation (Table 5), an ℓ2 pull of z towards
             z_glob with the same μ and no previous model: ``"l2"`` (μ·mean‖z − z_glob‖₂) or ``"l2_squared"``
-            (μ·mean‖z − z_glob‖₂²); see :class:`~nvflare_moon.objectives.RepresentationL2Objective`.
+            (μ·mean‖z − z_glob‖₂²); see :class:`~nvflare_moon.core.objectives.RepresentationL2Objective`.
     """
 
     STATE_NAME = "moon_state"

@@ -16,8 +16,8 @@ import torch.nn as nn
 
 from nvflare.apis.fl_context import FLContext
 
-from ..state import StateUnusable, tensor_signature
-from ..training import frozen_copy
+from ..core.state import StateUnusable, tensor_signature
+from ..core.training import frozen_copy
 from .fedavg import FedAvgExecutor
 
 

@@ -13,8 +13,8 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AlgorithmConstants
 
-from ..scaffold import ScaffoldRound, trainable_signature
-from ..state import StateUnusable, tensor_signature
+from ..core.scaffold import ScaffoldRound, trainable_signature
+from ..core.state import StateUnusable, tensor_signature
 from .fedavg import FedAvgExecutor
 
 

@@ -9,7 +9,7 @@ from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.app_constant import AppConstants
 
-from ..aggregation import normalized_weights, update_problem, weighted_average
+from ..core.aggregation import normalized_weights, update_problem, weighted_average
 
 NUM_SAMPLES = "num_samples"
 

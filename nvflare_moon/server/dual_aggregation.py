@@ -1,4 +1,4 @@
-"""FedSiam-DA's server: dual aggregation (:mod:`nvflare_moon.dual_aggregation`) as an aggregator for NVFlare's
+"""FedSiam-DA's server: dual aggregation (:mod:`nvflare_moon.core.dual_aggregation`) as an aggregator for NVFlare's
 FedAvg controller."""
 
 from typing import List, Optional
@@ -7,8 +7,8 @@ import numpy as np
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from ..aggregation import Params
-from ..dual_aggregation import DualAggregation, dual_aggregate
+from ..core.aggregation import Params
+from ..core.dual_aggregation import DualAggregation, dual_aggregate
 from ..validation import check_number
 from .aggregators import WeightedFedAvgAggregator
 

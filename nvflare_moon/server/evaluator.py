@@ -17,11 +17,11 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.app_event_type import AppEventType
 
+from ..core.training import evaluate
+from ..core.weights import load_numpy_state
 from ..data import DATASETS, TensorBatchLoader, load_dataset, test_transform
-from ..executors.fedavg import load_numpy_state
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
-from ..training import evaluate
 from ..validation import check_choice, check_number
 
 METRICS_FILENAME = "global_metrics.jsonl"

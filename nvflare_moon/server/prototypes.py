@@ -1,4 +1,4 @@
-"""FedSSC's server: weighted FedAvg of the weights plus the class-prototype draw (:mod:`nvflare_moon.prototypes`), as
+"""FedSSC's server: weighted FedAvg of the weights plus the class-prototype draw (:mod:`nvflare_moon.core.prototypes`), as
 an aggregator for NVFlare's FedAvg controller.
 
 The FedAvg controller replaces the global model's meta with the aggregate's, so the prototypes chosen here reach every
@@ -11,7 +11,7 @@ import numpy as np
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from ..prototypes import CLASS_COUNTS, CLASS_MEANS, select_prototypes, usable_class_means
+from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, select_prototypes, usable_class_means
 from ..validation import check_number
 from .aggregators import WeightedFedAvgAggregator
 

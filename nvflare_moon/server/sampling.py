@@ -1,8 +1,8 @@
-"""NVFlare's FedAvg controller with seeded partial participation (see :mod:`nvflare_moon.sampling`)."""
+"""NVFlare's FedAvg controller with seeded partial participation (see :mod:`nvflare_moon.core.sampling`)."""
 
 from nvflare.app_common.workflows.fedavg import FedAvg
 
-from ..sampling import check_sample_fraction, sample_sites
+from ..core.sampling import check_sample_fraction, sample_sites
 from ..validation import check_number
 
 

@@ -2,7 +2,7 @@
 
 The model is the weighted FedAvg of :class:`WeightedFedAvgAggregator`; besides it, the aggregator keeps the global
 control c and updates it with the sites' Δc_i (``meta["scaffold_c_diff"]``, NVFlare's SCAFFOLD format):
-``c ← c + Σ_{i∈S} Δc_i / N`` (:func:`nvflare_moon.scaffold.apply_control_deltas`). The aggregate's meta carries c as
+``c ← c + Σ_{i∈S} Δc_i / N`` (:func:`nvflare_moon.core.scaffold.apply_control_deltas`). The aggregate's meta carries c as
 ``meta["scaffold_c_global"]``; the FedAvg controller sends the aggregate's meta with the next model, so clients
 receive it, and the persistor stores it in ``FL_global_model.pt`` (``meta_props``).
 
@@ -19,7 +19,7 @@ import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AlgorithmConstants
 
-from ..scaffold import apply_control_deltas
+from ..core.scaffold import apply_control_deltas
 from .aggregators import WeightedFedAvgAggregator
 
 

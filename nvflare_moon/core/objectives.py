@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from nvflare.app_opt.pt.fedproxloss import PTFedProxLoss
 
+from ..models import ModelOutput
 from .losses import model_contrastive_loss, prototype_contrastive_loss, representation_l2_loss, simsiam_distance
-from .models import ModelOutput
 from .prototypes import ClassMeanAccumulator
 from .training import LossTerms, frozen_copy
 

@@ -3,7 +3,7 @@
 Each round, ``round(N·fraction)`` of the N sites are drawn uniformly at random without replacement. The draw is a
 function of (seed, round) alone, so a job gives the same sites per round however often the server restarts, and the
 same seed gives the same schedule in every run. The server then averages over the sampled sites only
-(:func:`nvflare_moon.aggregation.normalized_weights` over the sites that answered).
+(:func:`nvflare_moon.core.aggregation.normalized_weights` over the sites that answered).
 """
 
 import re
@@ -11,7 +11,7 @@ from typing import List, Sequence
 
 import numpy as np
 
-from .validation import check_number
+from ..validation import check_number
 
 
 def natural_order(name: str) -> list:

@@ -1,4 +1,4 @@
-"""Framework-free local training: the SGD loop over a round's objective (see :mod:`nvflare_moon.objectives`),
+"""Framework-free local training: the SGD loop over a round's objective (see :mod:`nvflare_moon.core.objectives`),
 frozen model copies and evaluation. Nothing here knows about NVFlare, so every method can be tested on plain tensors.
 """
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .models import ModelOutput
+from ..models import ModelOutput
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 LossTerms = Dict[str, torch.Tensor]  # the named parts of a loss, as objectives return them

@@ -1,0 +1,26 @@
+"""Model weights as NVFlare carries them: a dict of numpy arrays, name by name, for executors, Client API helpers and
+server components alike."""
+
+from typing import Any, Dict
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+
+def state_dict_to_numpy(model: nn.Module) -> Dict[str, np.ndarray]:
+    """Every entry of ``model.state_dict()`` (buffers included) as a CPU numpy array."""
+    return {name: t.detach().cpu().numpy() for name, t in model.state_dict().items()}
+
+
+def load_numpy_state(model: nn.Module, params: Dict[str, Any]) -> None:
+    """Load received weights (numpy or torch) into ``model``.
+
+    Raises:
+        ValueError: an entry is missing or unexpected; the message names them.
+    """
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(params)), sorted(set(params) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"received model does not match the local network: missing {missing}, unexpected {unexpected}")
+    model.load_state_dict({name: torch.as_tensor(np.asarray(value)) for name, value in params.items()})

@@ -8,6 +8,12 @@ Every recipe builds the same server (NVFlare's ``FedAvg`` controller, or :class:
 :class:`GlobalModelEvaluator`) and differs in the client executor and, for SCAFFOLD, FedProx and FedSSC, in what the
 server sends beside the model (FedSiam-DA also changes how the aggregator combines the models).
 The committed folders in ``jobs/`` are exported from these recipes (``python -m nvflare_moon.export_jobs``).
+
+Every recipe is a PyTorch recipe to NVFlare's helpers (``framework``, and the persistor's id in ``_job.comp_ids``),
+its executors answer ``validate`` and ``submit_model``, and its clients forward analytics events to the server, so::
+
+    add_cross_site_evaluation(recipe)             # nvflare.recipe.utils: every site's row for every model
+    add_experiment_tracking(recipe, "mlflow")     # the sites' figures, streamed through NVFlare
 """
 
 import os
@@ -15,11 +21,15 @@ import shutil
 import tempfile
 from typing import Any, Dict, Optional
 
+from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
 from nvflare.apis.executor import Executor
+from nvflare.app_common.widgets.convert_to_fed_event import ConvertToFedEvent
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
+from nvflare.app_common.utils.math_utils import parse_compare_criteria
 from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.job_config.model import PTModel
 from nvflare.job_config.api import FedJob
+from nvflare.job_config.script_runner import FrameworkType
 from nvflare.recipe.spec import Recipe
 
 from .data import NUM_CLASSES
@@ -59,6 +69,14 @@ class FedAvgBaselineRecipe(Recipe):
             ``min_clients == num_sites``, so that every site is there for the draw. 1 trains every site.
         dataset, data_root, download, partition, beta, seed, local_epochs, batch_size, lr, momentum, weight_decay,
         device, num_threads: passed to the executor (see :class:`FedAvgExecutor`).
+        server_evaluation: evaluate every round's global model on the server's copy of the test split (the papers'
+            figure and the key metric). False where the server holds no data: the key metric is then the weighted
+            mean of the sites' local accuracy of the global model.
+        stop_cond: NVFlare's early stopping, ``"<metric> >= <value>"`` on the round's metrics: ``test_accuracy``
+            (server evaluation) or the weighted means of the sites' figures (``accuracy``, ``local_model_accuracy``,
+            ``train_loss``, ...). With it, NVFlare's ``FedAvg`` saves ``FL_global_model.pt`` only when the metric
+            improves. None: off.
+        patience: stop after this many rounds without improvement of the ``stop_cond`` metric (needs ``stop_cond``).
         arch: ``"simple_cnn"`` or ``"resnet50"``.
         out_dim: size of the projection z.
         byoc: add an (empty of code) ``custom/`` folder so that the job passes NVFlare's default class allow-list;
@@ -88,6 +106,9 @@ class FedAvgBaselineRecipe(Recipe):
         device: str = "auto",
         num_threads: Optional[int] = None,
         sample_fraction: float = 1.0,
+        server_evaluation: bool = True,
+        stop_cond: Optional[str] = None,
+        patience: Optional[int] = None,
         byoc: bool = True,
     ):
         check_number("min_clients", min_clients, low=1, integer=True)
@@ -101,6 +122,12 @@ class FedAvgBaselineRecipe(Recipe):
             )
         if dataset not in NUM_CLASSES:
             raise ValueError(f"dataset must be one of {sorted(NUM_CLASSES)}, got {dataset!r}")
+        if stop_cond is not None:
+            parse_compare_criteria(stop_cond)  # raises, naming the expected format
+        if patience is not None:
+            check_number("patience", patience, low=1, integer=True)
+            if stop_cond is None:
+                raise ValueError(f"patience={patience} counts rounds without improvement of stop_cond's metric; set it")
         self.min_clients = min_clients
         self.num_rounds = num_rounds
         self.num_sites = num_sites
@@ -108,7 +135,11 @@ class FedAvgBaselineRecipe(Recipe):
         self.out_dim = out_dim
         self.seed = seed
         self.sample_fraction = sample_fraction
+        self.server_evaluation = server_evaluation
+        self.stop_cond = stop_cond
+        self.patience = patience
         self.byoc = byoc
+        self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
 
         def network() -> Network:
             return Network(
@@ -126,17 +157,21 @@ class FedAvgBaselineRecipe(Recipe):
 
         job = FedJob(name=name, min_clients=min_clients)
         job.set_app_packages(["nvflare_moon"])
-        job.to_server(PTModel(model=network()), id="persistor")
+        job.comp_ids = job.to_server(PTModel(model=network()), id="persistor")  # the ids NVFlare's helpers look up
         controller_args = dict(
-            num_clients=min_clients, num_rounds=num_rounds, aggregator=self.make_aggregator(), **self.controller_args()
-        )
+            num_clients=min_clients, num_rounds=num_rounds, aggregator=self.make_aggregator(), stop_cond=stop_cond,
+            patience=patience, **self.controller_args(),
+        )  # fmt: skip
         if sample_fraction < 1:
             controller = SampledFedAvg(sample_fraction=sample_fraction, sample_seed=seed, **controller_args)
         else:
             controller = FedAvg(**controller_args)
         job.to_server(controller, id="controller")
-        job.to_server(GlobalModelEvaluator(model=network(), **data_args, device=device), id="global_evaluator")
-        job.to_clients(executor, tasks=["train"])
+        test_data = dict(data_args) if server_evaluation else dict(dataset=None)
+        job.to_server(GlobalModelEvaluator(model=network(), **test_data, device=device), id="global_evaluator")
+        tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
+        job.to_clients(executor, tasks=tasks)
+        job.to_clients(ConvertToFedEvent(events_to_convert=[ANALYTIC_EVENT_TYPE]), id="event_to_fed")
         if byoc:
             marker = _byoc_marker()
             job.to_server(marker)

@@ -17,10 +17,17 @@ def load_numpy_state(model: nn.Module, params: Dict[str, Any]) -> None:
     """Load received weights (numpy or torch) into ``model``.
 
     Raises:
-        ValueError: an entry is missing or unexpected; the message names them.
+        ValueError: an entry is missing, unexpected or of another shape; the message names them. Nothing is loaded.
     """
     own = model.state_dict()
     missing, unexpected = sorted(set(own) - set(params)), sorted(set(params) - set(own))
     if missing or unexpected:
         raise ValueError(f"received model does not match the local network: missing {missing}, unexpected {unexpected}")
-    model.load_state_dict({name: torch.as_tensor(np.asarray(value)) for name, value in params.items()})
+    received = {name: torch.as_tensor(np.asarray(value)) for name, value in params.items()}
+    mismatched = {n: (tuple(t.shape), tuple(own[n].shape)) for n, t in received.items() if t.shape != own[n].shape}
+    if mismatched:
+        raise ValueError(
+            "received model does not match the local network: shapes (received, local) differ for "
+            + ", ".join(f"{n} {r} vs {o}" for n, (r, o) in sorted(mismatched.items()))
+        )
+    model.load_state_dict(received)

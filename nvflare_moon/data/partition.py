@@ -11,7 +11,8 @@ import re
 
 import numpy as np
 
-__all__ = ["dirichlet_partition", "iid_partition", "partition_indices", "site_index", "PARTITION_METHODS"]
+__all__ = ["dirichlet_partition", "iid_partition", "partition_indices", "proportional_test_split", "site_index",
+           "PARTITION_METHODS"]
 
 PARTITION_METHODS = ("dirichlet", "iid")
 MAX_DIRICHLET_TRIES = 10_000  # the reference loops forever when min_size is unreachable; we stop with an error
@@ -143,3 +144,35 @@ def site_index(site_name: str, num_sites: int) -> int:
         raise ValueError(f"site_name {site_name!r} is out of range for num_sites={n}; {expected}. "
                          f"num_sites must match the simulator's -n (or the number of sites in the project)")
     return k - 1
+
+
+def proportional_test_split(train_labels_per_site: list, test_labels, seed: int) -> list[np.ndarray]:
+    """Split a test set among sites with the class proportions of their training shards.
+
+    For each class k, the test images of class k are shuffled (``np.random.default_rng(seed)``, classes in order) and
+    cut like the Dirichlet split cuts a class: site j's share is ``p_j = n_jk / Σ_i n_ik`` (n_jk: site j's training
+    images of class k) and the pieces end at ``int(cumsum(p) · m_k)`` (m_k: test images of class k), so every test
+    image goes to exactly one site and site j gets ``p_j · m_k`` images of the class up to rounding. A class that no
+    site trained on is shared evenly. Returns one sorted int64 index array per site (possibly empty). The training
+    shards are inputs only: they and the global numpy RNG stay untouched.
+
+    Example: shares (½, ¼, ¼) of 10 test images cut at int(5), int(7.5) → 5, 2 and 3 images.
+    """
+    y = _check_labels(test_labels)
+    num_sites = len(train_labels_per_site)
+    if num_sites == 0:
+        raise ValueError("train_labels_per_site must hold one label array per site, got none")
+    num_classes = max([int(y.max()) + 1] + [int(np.max(s)) + 1 for s in train_labels_per_site if len(s)])
+    train_counts = np.stack([np.bincount(np.asarray(s, dtype=np.int64), minlength=num_classes)
+                             for s in train_labels_per_site])  # [sites, classes]
+    rng = np.random.default_rng(seed)
+    pieces: list[list[np.ndarray]] = [[] for _ in range(num_sites)]
+    for k in range(num_classes):
+        idx_k = np.where(y == k)[0]
+        rng.shuffle(idx_k)
+        counts = train_counts[:, k]
+        shares = counts / counts.sum() if counts.sum() > 0 else np.full(num_sites, 1.0 / num_sites)
+        cuts = (np.cumsum(shares) * len(idx_k)).astype(int)[:-1]
+        for j, piece in enumerate(np.split(idx_k, cuts)):
+            pieces[j].append(piece)
+    return [np.sort(np.concatenate(p)).astype(np.int64) for p in pieces]

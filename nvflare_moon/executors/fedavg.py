@@ -3,36 +3,53 @@
 :class:`FedAvgExecutor` receives the global model, trains it locally with the papers' optimiser on the site's data and
 returns the weights with the number of training samples. Subclasses change only the objective and the state kept
 between rounds (:meth:`make_objective`, :meth:`after_training`); the math lives in :mod:`nvflare_moon.core.training`.
+
+Every executor also evaluates on the site's own test data and answers NVFlare's cross-site evaluation tasks:
+
+- ``train``: the reply's metrics carry ``accuracy``/``loss`` of the *received* global model on the local test data,
+  measured before training (NVFlare's convention: the figure its model selectors and ``key_metric`` read), and
+  ``local_model_accuracy``/``local_model_loss`` of the site's trained model (the personalised figure);
+- ``validate``: the received model's ``accuracy``/``loss`` on the local test data;
+- ``submit_model``: the site's last trained local model, read from the job-scoped state written by ``train``, so it
+  is there when the process has been restarted since (the simulator with ``-t < -n``).
 """
 
 import os
 import time
 import zlib
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
+from nvflare.apis.analytix import AnalyticsDataType
 from nvflare.apis.event_type import EventType
 from nvflare.apis.executor import Executor
 from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
+from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic_dxo
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
 from ..core.objectives import CrossEntropyObjective
-from ..core.state import SiteStateStore
-from ..core.training import sgd, train_local
+from ..core.state import SiteStateStore, StateUnusable, tensor_signature
+from ..core.training import evaluate, frozen_copy, sgd, train_local
 from ..core.weights import load_numpy_state, state_dict_to_numpy
-from ..data import DATASETS, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_train_arrays, train_transform
+from ..data import (
+    DATASETS, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_test_arrays, site_train_arrays, test_transform,
+    train_transform,
+)  # fmt: skip
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
 from ..validation import check_choice, check_number
+
+LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
+EVAL_BATCH_SIZE = 500
 
 
 class FedAvgExecutor(Executor):
@@ -43,6 +60,9 @@ class FedAvgExecutor(Executor):
             any backbone wrapped in :class:`~nvflare_moon.models.ProjectionModel`.
         dataset: ``"cifar10"``, ``"cifar100"``, ``"tinyimagenet"``, ``"synthetic"``, or a map-style
             ``torch.utils.data.Dataset`` of ``(image tensor, label)`` holding this site's own data (used whole).
+        val_dataset: this site's own test data, a map-style ``Dataset`` of ``(image tensor, label)``. Default: with a
+            dataset name, the site's class-proportional share of the test split
+            (:func:`~nvflare_moon.data.site_test_arrays`); with a ``Dataset``, none (no local figures, a warning).
         data_root: folder holding the dataset; default ``$NVFLARE_MOON_DATA`` or ``~/.cache/nvflare_moon/data``.
         download: fetch the dataset with torchvision when it is not under ``data_root``.
         num_sites: number of sites the training set is split over (the simulator's ``-n``).
@@ -54,7 +74,8 @@ class FedAvgExecutor(Executor):
         lr, momentum, weight_decay: SGD settings.
         device: ``"auto"`` (GPU if visible), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
         num_threads: torch CPU threads; None shares the cores among the simulator's parallel workers.
-        train_task_name: the task this executor answers.
+        train_task_name, validate_task_name, submit_model_task_name: the tasks this executor answers (NVFlare's
+            names by default, which its ``CrossSiteModelEval`` sends).
         resume_from_job_id: the id of the failed job that this job continues (see :mod:`nvflare_moon.resume`).
             Where this site has no state of its own yet, it takes the state it saved in that job.
     """
@@ -69,6 +90,7 @@ class FedAvgExecutor(Executor):
         self,
         model: nn.Module,
         dataset: Union[str, Dataset] = "cifar10",
+        val_dataset: Optional[Dataset] = None,
         data_root: Optional[str] = None,
         download: bool = True,
         num_sites: int = 10,
@@ -83,6 +105,8 @@ class FedAvgExecutor(Executor):
         device: str = "auto",
         num_threads: Optional[int] = None,
         train_task_name: str = AppConstants.TASK_TRAIN,
+        validate_task_name: str = AppConstants.TASK_VALIDATION,
+        submit_model_task_name: str = AppConstants.TASK_SUBMIT_MODEL,
         resume_from_job_id: Optional[str] = None,
     ):
         super().__init__()
@@ -90,6 +114,8 @@ class FedAvgExecutor(Executor):
             check_choice("dataset", dataset, DATASETS)
         elif not isinstance(dataset, Dataset):
             raise ValueError(f"dataset must be a dataset name or a torch Dataset, got {type(dataset).__name__}")
+        if val_dataset is not None and not isinstance(val_dataset, Dataset):
+            raise ValueError(f"val_dataset must be a torch Dataset or None, got {type(val_dataset).__name__}")
         if data_root is not None and not os.path.isdir(os.path.expanduser(data_root)) and not download:
             raise ValueError(f"data_root {data_root!r} is not a folder; create it or set download=True")
         if not isinstance(model, nn.Module):
@@ -109,6 +135,7 @@ class FedAvgExecutor(Executor):
         if resume_from_job_id is not None and (not isinstance(resume_from_job_id, str) or not resume_from_job_id):
             raise ValueError(f"resume_from_job_id must be a job id or None, got {resume_from_job_id!r}")
         self.dataset = dataset
+        self.val_dataset = val_dataset
         self.data_root = data_root
         self.download = download
         self.model = model
@@ -124,11 +151,15 @@ class FedAvgExecutor(Executor):
         self.device = device
         self.num_threads = num_threads
         self.train_task_name = train_task_name
+        self.validate_task_name = validate_task_name
+        self.submit_model_task_name = submit_model_task_name
         self.resume_from_job_id = resume_from_job_id
         self._net: Optional[nn.Module] = None
         self._train_data = None
         self._num_samples = 0
         self._torch_device = torch.device("cpu")
+        self._local_test = None  # the local test batches (None: the site has none)
+        self._local_test_ready = False
 
     # ---- set-up -----------------------------------------------------------------------------------------------
 
@@ -173,14 +204,56 @@ class FedAvgExecutor(Executor):
         generator = torch.Generator().manual_seed(seed)
         return DataLoader(self._train_data, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=generator)
 
-    # ---- the task ---------------------------------------------------------------------------------------------
+    # ---- local test data ---------------------------------------------------------------------------------------
+
+    def _local_test_batches(self, fl_ctx: FLContext):
+        """The site's local test batches, built on first use; None, with a warning naming the site, if it has none."""
+        if not self._local_test_ready:
+            site = fl_ctx.get_identity_name()
+            if self.val_dataset is not None:
+                data = self.val_dataset
+            elif isinstance(self.dataset, str):
+                splits = load_dataset(self.dataset, self.data_root, self.download)
+                data = site_test_arrays(splits, site, self.num_sites, self.partition, self.beta, self.seed)
+            else:
+                data = None
+            if data is None or len(data) == 0:
+                why = "no val_dataset given" if data is None else "its share of the test split is empty"
+                self.log_warning(fl_ctx, f"{site} has no local test data ({why}); its local figures are not reported")
+            elif isinstance(data, Dataset):
+                self._local_test = DataLoader(data, batch_size=EVAL_BATCH_SIZE, shuffle=False)
+            else:
+                on_gpu = self._torch_device if self._torch_device.type == "cuda" else None
+                self._local_test = TensorBatchLoader(
+                    data, EVAL_BATCH_SIZE, test_transform(self.dataset), shuffle=False, drop_last=False, seed=0,
+                    device=on_gpu,
+                )  # fmt: skip
+            if self._local_test is not None:
+                self.log_info(fl_ctx, f"{site}: {len(data)} local test samples")
+            self._local_test_ready = True
+        return self._local_test
+
+    def evaluate_locally(self, model: nn.Module, fl_ctx: FLContext) -> Dict[str, float]:
+        """``accuracy`` and ``loss`` of ``model`` on the site's local test data; empty when the site has none."""
+        batches = self._local_test_batches(fl_ctx)
+        return {} if batches is None else evaluate(model, batches, self._torch_device)
+
+    # ---- the tasks --------------------------------------------------------------------------------------------
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
-        if task_name != self.train_task_name:
+        tasks = {
+            self.train_task_name: self._train,
+            self.validate_task_name: self._validate,
+            self.submit_model_task_name: self._submit_model,
+        }
+        if task_name not in tasks:
             return make_reply(ReturnCode.TASK_UNKNOWN)
         if self._net is None:
             self.log_error(fl_ctx, "training was not set up; see the error logged at the start of the run")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        return tasks[task_name](shareable, fl_ctx, abort_signal)
+
+    def _train(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         received = FLModelUtils.from_shareable(shareable, fl_ctx)
         round_number = received.current_round or 0
         site = fl_ctx.get_identity_name()
@@ -190,6 +263,7 @@ class FedAvgExecutor(Executor):
         except ValueError as e:
             self.log_error(fl_ctx, str(e))
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        global_figures = self.evaluate_locally(self._net, fl_ctx)
 
         objective = self.make_objective(round_number, fl_ctx)
         started = time.perf_counter()
@@ -215,19 +289,70 @@ class FedAvgExecutor(Executor):
             )
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         self.after_training(round_number, fl_ctx)
+        self.save_local_model(round_number, fl_ctx)
+        local_figures = self.evaluate_locally(self._net, fl_ctx)
+        metrics = {
+            **{f"train_{k}": v for k, v in terms.items()},
+            **global_figures,
+            **{f"local_model_{k}": v for k, v in local_figures.items()},
+        }
         self.log_info(
             fl_ctx,
             f"{site}: round {round_number} trained {result.steps} steps in {seconds:.1f} s "
             f"({result.steps * self.batch_size / seconds:.0f} img/s); "
-            + ", ".join(f"{k} {v:.4f}" for k, v in sorted(terms.items())),
+            + _format(metrics),
         )
+        self._stream_metrics(metrics, round_number, fl_ctx)
         reply = FLModel(
             params=state_dict_to_numpy(self._net),
             params_type=ParamsType.FULL,
-            metrics={f"train_{k}": v for k, v in terms.items()},
+            metrics=metrics,
             meta={"num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: result.steps, **self.extra_meta()},
         )
         return FLModelUtils.to_shareable(reply)
+
+    def _stream_metrics(self, metrics: Dict[str, float], round_number: int, fl_ctx: FLContext) -> None:
+        """Fire NVFlare's analytics event for every figure, so that the receivers ``add_experiment_tracking`` sets up
+        (TensorBoard, MLflow, W&B) record them; the recipes' ``ConvertToFedEvent`` forwards them to the server."""
+        for name, value in metrics.items():
+            dxo = create_analytic_dxo(name, float(value), AnalyticsDataType.SCALAR, global_step=int(round_number))
+            send_analytic_dxo(self, dxo, fl_ctx)
+
+    def _validate(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        """Cross-site evaluation: the received model (the global one or another site's) on the local test data."""
+        site = fl_ctx.get_identity_name()
+        owner = shareable.get_header(AppConstants.MODEL_OWNER, "the server")
+        received = FLModelUtils.from_shareable(shareable, fl_ctx)
+        model = frozen_copy(self._net)
+        try:
+            load_numpy_state(model, received.params or {})
+        except ValueError as e:
+            self.log_error(fl_ctx, f"{site}: cannot evaluate the model of {owner}: {e}")
+            return make_reply(ReturnCode.BAD_TASK_DATA)
+        figures = self.evaluate_locally(model, fl_ctx)
+        if not figures:
+            return make_reply(ReturnCode.EMPTY_RESULT)
+        self.log_info(fl_ctx, f"{site}: the model of {owner} on the local test data: " + _format(figures))
+        return FLModelUtils.to_shareable(FLModel(metrics=figures))
+
+    def _submit_model(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        """Cross-site evaluation: this site's last trained local model, as persisted by ``train``."""
+        site = fl_ctx.get_identity_name()
+        try:
+            stored = self.load_local_model(fl_ctx)
+        except StateUnusable as e:
+            self.log_error(fl_ctx, f"{site}: cannot submit the local model: {e}")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        if stored is None:
+            self.log_error(fl_ctx, f"{site}: no local model to submit: this site has not trained in this job")
+            return make_reply(ReturnCode.EMPTY_RESULT)
+        round_number, state = stored
+        if tensor_signature(state) != tensor_signature(self._net.state_dict()):
+            self.log_error(fl_ctx, f"{site}: the stored local model (round {round_number}) does not match the network")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        self.log_info(fl_ctx, f"{site}: submitting the local model trained in round {round_number}")
+        params = {name: t.numpy() for name, t in state.items()}
+        return FLModelUtils.to_shareable(FLModel(params=params, params_type=ParamsType.FULL))
 
     # ---- what methods change ----------------------------------------------------------------------------------
 
@@ -251,6 +376,21 @@ class FedAvgExecutor(Executor):
     def extra_meta(self) -> Dict[str, Any]:
         """Extra numpy/plain values to send beside the weights."""
         return {}
+
+    def save_local_model(self, round_number: int, fl_ctx: FLContext) -> None:
+        """Persist the trained local model for ``submit_model`` (runs after :meth:`after_training`). Methods whose
+        state already holds the upload override this and :meth:`load_local_model` instead of writing it twice."""
+        state = {name: t.detach().cpu().clone() for name, t in self._net.state_dict().items()}
+        self.state_store(LOCAL_MODEL_STATE, fl_ctx).save(round_number, {"model": state})
+
+    def load_local_model(self, fl_ctx: FLContext) -> Optional[Tuple[int, Dict[str, torch.Tensor]]]:
+        """``(round, state dict)`` of the last local model this site trained in the job, or None.
+
+        Raises:
+            StateUnusable: see :meth:`SiteStateStore.load`.
+        """
+        record = self.load_state(LOCAL_MODEL_STATE, fl_ctx)
+        return None if record is None else (record["round"], record["payload"]["model"])
 
     def state_store(self, name: str, fl_ctx: FLContext, job_id: Optional[str] = None) -> SiteStateStore:
         """A job-scoped store in this site's run directory for the job (default: this one), never the working
@@ -280,3 +420,7 @@ class FedAvgExecutor(Executor):
             fl_ctx, f"continuing job {self.resume_from_job_id}: took its {name} state, saved in round {record['round']}"
         )
         return record
+
+
+def _format(figures: Dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in sorted(figures.items()))

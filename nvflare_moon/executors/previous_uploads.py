@@ -10,8 +10,9 @@ twice at a site: when a job is continued after a failure (:mod:`nvflare_moon.res
 saved the round that the server never aggregated, and that upload must not serve as its own previous model.
 """
 
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
+import torch
 import torch.nn as nn
 
 from nvflare.apis.fl_context import FLContext
@@ -54,6 +55,17 @@ class PreviousUploadsExecutor(FedAvgExecutor):
         keep = (self._previous + [(round_number, uploaded)])[-(self.uploads_to_keep() + 1) :]
         payload = {"rounds": [r for r, _ in keep], "previous_models": [state for _, state in keep]}
         self.state_store(self.STATE_NAME, fl_ctx).save(round_number, payload)
+
+    def save_local_model(self, round_number: int, fl_ctx: FLContext) -> None:
+        """Nothing to write: :meth:`after_training` has just stored this round's upload, the last local model."""
+
+    def load_local_model(self, fl_ctx: FLContext) -> Optional[Tuple[int, Dict[str, torch.Tensor]]]:
+        """The last stored upload, from the uploads' state file."""
+        record = self.load_state(self.STATE_NAME, fl_ctx)
+        uploads, rounds = (None, None) if record is None else (record["payload"].get(k) for k in ("previous_models", "rounds"))
+        if not uploads or not rounds:
+            return None
+        return rounds[-1], uploads[-1]
 
     def _load_previous(self, round_number: int, fl_ctx: FLContext, without: str) -> List[Tuple[int, dict]]:
         try:

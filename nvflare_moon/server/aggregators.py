@@ -10,6 +10,7 @@ from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.app_constant import AppConstants
 
 from ..core.aggregation import normalized_weights, update_problem, weighted_average
+from ..core.site_metrics import weighted_metric_means
 
 NUM_SAMPLES = "num_samples"
 
@@ -25,7 +26,8 @@ class WeightedFedAvgAggregator(ModelAggregator):
 
     Updates with NaN/Inf, or whose keys or shapes differ from the round's global model, are rejected with a warning naming the site; the round
     goes on with the others (the controller fails the round if none is left). The result's ``metrics`` are the
-    weighted means of the sites' training metrics, and its ``meta`` holds each site's metrics and weight for logging.
+    weighted means of the sites' metrics, each over the sites that report it (a site without local test data sends
+    no local accuracy), and its ``meta`` holds each site's metrics and weight for logging.
     """
 
     def __init__(self):
@@ -68,7 +70,7 @@ class WeightedFedAvgAggregator(ModelAggregator):
         result = FLModel(
             params=params,
             params_type=ParamsType.FULL,
-            metrics=_weighted_metric_means(site_metrics, dict(zip(sites, weights))),
+            metrics=weighted_metric_means(site_metrics, dict(zip(sites, weights))),
             meta={"site_metrics": site_metrics, "site_weights": {s: float(w) for s, w in zip(sites, weights)}},
         )
         self.reset_stats()
@@ -84,8 +86,3 @@ class WeightedFedAvgAggregator(ModelAggregator):
     def _round(self):
         return self.fl_ctx.get_prop(AppConstants.CURRENT_ROUND) if self.fl_ctx else None
 
-
-def _weighted_metric_means(site_metrics: Dict[str, Dict[str, float]], weights: Dict[str, float]) -> Dict[str, float]:
-    """Weighted mean of every metric that all sites report."""
-    shared = set.intersection(*(set(m) for m in site_metrics.values()))
-    return {name: sum(weights[s] * m[name] for s, m in site_metrics.items()) for name in sorted(shared)}

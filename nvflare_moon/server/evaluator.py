@@ -1,9 +1,11 @@
-"""The metric the papers report: the global model's top-1 accuracy on the full test set, once per round."""
+"""The server's record of every round: the global model's test accuracy (the papers' figure), how the sites' own
+figures spread across sites, and the best global model by a key metric."""
 
 import json
+import math
 import os
 import time
-from typing import Optional, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -17,6 +19,7 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.app_event_type import AppEventType
 
+from ..core.site_metrics import site_spread
 from ..core.training import evaluate
 from ..core.weights import load_numpy_state
 from ..data import DATASETS, TensorBatchLoader, load_dataset, test_transform
@@ -25,20 +28,37 @@ from ..runtime import resolve_device, resolve_num_threads
 from ..validation import check_choice, check_number
 
 METRICS_FILENAME = "global_metrics.jsonl"
+# the sites' local figures (see FedAvgExecutor): the received global model's, and their own trained model's
+LOCAL_FIGURES = {"accuracy": "of the global model", "local_model_accuracy": "of the local models"}
+SERVER_KEY_METRIC = "test_accuracy"
+SITES_KEY_METRIC = "accuracy"
 
 
 class GlobalModelEvaluator(FLComponent):
-    """Evaluate every round's aggregate on the server and record it.
+    """Evaluate every round's aggregate on the server, summarise the sites' local figures, keep the best model.
 
-    After each aggregation it logs the global test accuracy and loss, writes them with the sites' mean training
-    metrics to TensorBoard (``<run dir>/tb_events/global``) and appends one JSON line per round to
-    ``<run dir>/global_metrics.jsonl``. Aggregate meta under keys starting with ``site_`` goes into the JSON line, and
-    the per-site scalars among it (``{site: number}``, e.g. FedSiam-DA's ``site_dual_weights``) into TensorBoard as
-    ``<key>/<site>``.
+    After each aggregation it logs, writes to TensorBoard (``<run dir>/tb_events/global``) and appends as one JSON
+    line to ``<run dir>/global_metrics.jsonl``:
+
+    - the global test accuracy and loss (``test_accuracy``, ``test_loss``), where the server has test data;
+    - ``spread``: for each local figure the sites report (``accuracy``: the global model they received this round, on
+      their local test data, before training; ``local_model_accuracy``: their trained model), the weighted mean, the
+      worst and best site and the standard deviation across sites (:func:`~nvflare_moon.core.site_metrics.site_spread`);
+    - the sites' mean training metrics, and aggregate meta under keys starting with ``site_`` (``site_metrics``: every
+      site's figures; per-site scalars such as FedSiam-DA's ``site_dual_weights`` also go to TensorBoard);
+    - ``best_model``: the key metric, its best value so far and the round whose aggregate it belongs to (-1: the
+      initial model).
+
+    The key metric is ``test_accuracy`` where the server evaluates, else the weighted mean of the sites' ``accuracy``.
+    That one is measured on the model the sites received, the aggregate of the round before. Whenever it improves,
+    the component fires NVFlare's ``GLOBAL_BEST_MODEL_AVAILABLE`` once the measured model is the run's global model, so
+    the persistor saves it as ``best_FL_global_model.pt``. ``test_accuracy`` and ``test_loss`` are also added to the
+    aggregate's metrics, so that the controller's ``stop_cond`` can read them.
 
     Args:
         model: the same network as the clients'.
-        dataset: a dataset name (its test split is used) or a ``torch.utils.data.Dataset`` of the test data.
+        dataset: a dataset name (its test split is used), a ``torch.utils.data.Dataset`` of the test data, or None
+            where the server holds no data (no server evaluation).
         data_root, download: as for the executors.
         batch_size: evaluation batch size.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ...
@@ -48,7 +68,7 @@ class GlobalModelEvaluator(FLComponent):
     def __init__(
         self,
         model: nn.Module,
-        dataset: Union[str, Dataset] = "cifar10",
+        dataset: Union[str, Dataset, None] = "cifar10",
         data_root: Optional[str] = None,
         download: bool = True,
         batch_size: int = 500,
@@ -60,6 +80,8 @@ class GlobalModelEvaluator(FLComponent):
             raise ValueError(f"model must be an nn.Module such as nvflare_moon.models.Network, got {model!r}")
         if isinstance(dataset, str):
             check_choice("dataset", dataset, DATASETS)
+        elif dataset is not None and not isinstance(dataset, Dataset):
+            raise ValueError(f"dataset must be a dataset name, a torch Dataset or None, got {type(dataset).__name__}")
         check_number("batch_size", batch_size, low=1, integer=True)
         resolve_device(device)
         self.model = model
@@ -72,6 +94,9 @@ class GlobalModelEvaluator(FLComponent):
         self._batches = None
         self._writer: Optional[SummaryWriter] = None
         self._metrics_path = ""
+        self._best_value = -math.inf
+        self._best_model_round: Optional[int] = None
+        self._best_pending = False  # the round's aggregate is the best: announce it once it is the global model
 
     def handle_event(self, event_type: str, fl_ctx: FLContext):
         if event_type == EventType.START_RUN:
@@ -80,8 +105,11 @@ class GlobalModelEvaluator(FLComponent):
             except Exception as e:
                 self.log_error(fl_ctx, f"cannot set up global evaluation: {e}")
                 self.system_panic(f"server: {e}", fl_ctx)
-        elif event_type == AppEventType.AFTER_AGGREGATION and self._batches is not None:
+        elif event_type == AppEventType.AFTER_AGGREGATION and self._writer is not None:
             self._evaluate_round(fl_ctx)
+        elif event_type == AppEventType.AFTER_SHAREABLE_TO_LEARNABLE and self._best_pending:
+            self._best_pending = False
+            self.fire_event(AppEventType.GLOBAL_BEST_MODEL_AVAILABLE, fl_ctx)
         elif event_type == EventType.END_RUN and self._writer is not None:
             self._writer.close()
 
@@ -94,7 +122,7 @@ class GlobalModelEvaluator(FLComponent):
             self._batches = TensorBatchLoader(
                 splits.test, self.batch_size, test_transform(self.dataset), shuffle=False, drop_last=False
             )
-        else:
+        elif self.dataset is not None:
             self._batches = DataLoader(self.dataset, batch_size=self.batch_size, shuffle=False)
         self.model.to(self._torch_device)
         run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())
@@ -104,25 +132,67 @@ class GlobalModelEvaluator(FLComponent):
     def _evaluate_round(self, fl_ctx: FLContext) -> None:
         aggregate = fl_ctx.get_prop(AppConstants.AGGREGATION_RESULT)
         round_number = int(fl_ctx.get_prop(AppConstants.CURRENT_ROUND, 0))
-        started = time.perf_counter()
-        load_numpy_state(self.model, aggregate.params)
-        test = evaluate(self.model, self._batches, self._torch_device)
-        record = {
-            "round": round_number,
-            "time": time.time(),
-            "test_accuracy": test["accuracy"],
-            "test_loss": test["loss"],
-            "eval_seconds": time.perf_counter() - started,
-            "train": aggregate.metrics or {},
-            **{k: v for k, v in (aggregate.meta or {}).items() if k.startswith("site_")},
-        }
-        self.log_info(
-            fl_ctx, f"round {round_number}: global test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f}"
-        )
-        self._writer.add_scalar("test/accuracy", test["accuracy"], round_number)
-        self._writer.add_scalar("test/loss", test["loss"], round_number)
+        meta = aggregate.meta or {}
+        record = {"round": round_number, "time": time.time()}
+        summary = [f"round {round_number}:"]
+        if self._batches is not None:
+            started = time.perf_counter()
+            load_numpy_state(self.model, aggregate.params)
+            test = evaluate(self.model, self._batches, self._torch_device)
+            record.update(test_accuracy=test["accuracy"], test_loss=test["loss"])
+            record["eval_seconds"] = time.perf_counter() - started
+            summary.append(f"global test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f};")
+        record["train"] = dict(aggregate.metrics or {})
+        record["spread"] = self._spread(meta)
+        for name, spread in record["spread"].items():
+            summary.append(
+                f"local accuracy {LOCAL_FIGURES[name]}: mean {spread['mean']:.4f}, worst {spread['worst']:.4f} "
+                f"({spread['worst_site']}), best {spread['best']:.4f} ({spread['best_site']}), std {spread['std']:.4f};"
+            )
+        record["best_model"] = self._update_best(record, round_number, fl_ctx)
+        record.update({k: v for k, v in meta.items() if k.startswith("site_")})
+        self.log_info(fl_ctx, " ".join(summary).rstrip(";"))
+        if self._batches is not None:  # for the controller's stop_cond
+            aggregate.metrics = {**record["train"], "test_accuracy": test["accuracy"], "test_loss": test["loss"]}
+        self._write(record, round_number)
+
+    def _spread(self, meta: dict) -> Dict[str, dict]:
+        """How each local figure spreads across the sites that report it, weighted by their aggregation weights."""
+        site_metrics, weights = meta.get("site_metrics", {}), meta.get("site_weights", {})
+        result = {}
+        for name in LOCAL_FIGURES:
+            spread = site_spread({s: m[name] for s, m in site_metrics.items() if name in m}, weights)
+            if spread is not None:
+                result[name] = spread.as_dict()
+        return result
+
+    def _update_best(self, record: dict, round_number: int, fl_ctx: FLContext) -> Optional[dict]:
+        """Track the key metric; when it improves, have the persistor save the measured model as the best one."""
+        if self._batches is not None:
+            key, value, model_round = SERVER_KEY_METRIC, record["test_accuracy"], round_number
+        elif SITES_KEY_METRIC in record["spread"]:
+            key, value = SITES_KEY_METRIC, record["spread"][SITES_KEY_METRIC]["mean"]
+            model_round = round_number - 1  # the sites measured the model they received: last round's aggregate
+        else:
+            return None
+        if value > self._best_value:
+            self._best_value, self._best_model_round = value, model_round
+            self.log_info(fl_ctx, f"new best global model (round {model_round} aggregate): {key} {value:.4f}")
+            if model_round == round_number:
+                self._best_pending = True  # this aggregate becomes the global model after the aggregation
+            else:
+                self.fire_event(AppEventType.GLOBAL_BEST_MODEL_AVAILABLE, fl_ctx)  # it is the global model now
+        return {"key_metric": key, "value": value, "best_value": self._best_value, "round": self._best_model_round}
+
+    def _write(self, record: dict, round_number: int) -> None:
+        if "test_accuracy" in record:
+            self._writer.add_scalar("test/accuracy", record["test_accuracy"], round_number)
+            self._writer.add_scalar("test/loss", record["test_loss"], round_number)
         for name, value in record["train"].items():
             self._writer.add_scalar(f"train/{name}", value, round_number)
+        for name, spread in record["spread"].items():
+            for stat in ("mean", "worst", "best", "std"):
+                self._writer.add_scalar(f"local/{name}/{stat}", spread[stat], round_number)
         for site, metrics in record.get("site_metrics", {}).items():
             for name, value in metrics.items():
                 self._writer.add_scalar(f"sites/{site}/{name}", value, round_number)

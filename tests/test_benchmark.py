@@ -18,8 +18,8 @@ from nvflare_moon.benchmark.methods import METHODS, CommandMethod
 from nvflare_moon.benchmark.progress import Progress, estimate_remaining
 from nvflare_moon.benchmark.protocols import PROTOCOLS, Protocol, RunSpec, Settings, Variant, customised
 from nvflare_moon.benchmark.tables import (
-    beta_sweep_rows, final_accuracy_rows, group_runs, mean_curve, mean_std, percent, rounds_to_target,
-    rounds_to_target_rows, speedup,
+    beta_sweep_rows, final_accuracy_rows, group_runs, local_figure_rows, mean_curve, mean_std, percent,
+    rounds_to_target, rounds_to_target_rows, speedup,
 )  # fmt: skip
 
 SMOKE_ARGS = ["--protocol", "quick", "--methods", "fedavg", "--dataset", "synthetic", "--rounds", "2", "--sites", "2",
@@ -287,6 +287,18 @@ def test_solo_shows_its_spread_over_sites():
     solo = records({"solo": [[0.4]]})[0]
     solo.update(rounds=[], final_accuracy=0.4, final_accuracy_std_over_sites=0.05)
     assert final_accuracy_rows(group_runs([solo]), "cifar10")[0][3] == "40.00 ± 5.00 (over sites)"
+
+
+def test_local_figures_table_reads_the_last_rounds_spread_and_skips_older_runs():
+    runs = records({"fedavg": [[0.3, 0.5], [0.3, 0.5]], "moon": [[0.4, 0.6]]})
+    for run, (mean, worst, std, personal) in zip(runs[:2], [(0.5, 0.2, 0.1, 0.7), (0.6, 0.4, 0.05, 0.8)]):
+        run["rounds"][-1]["spread"] = {
+            "accuracy": {"mean": mean, "worst": worst, "std": std},
+            "local_model_accuracy": {"mean": personal, "worst": 0.0, "std": 0.0},
+        }
+    assert local_figure_rows(group_runs(runs)) == [
+        ["FedAvg", "0.5", "0, 1", "55.00 ± 5.00", "30.00 ± 10.00", "7.50 ± 2.50", "75.00 ± 5.00"]
+    ]  # MOON's run predates the local figures
 
 
 def test_beta_sweep_has_a_column_per_beta():

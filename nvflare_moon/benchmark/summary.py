@@ -10,8 +10,8 @@ from .plots import accuracy_vs_rounds, partition, rounds_to_target
 from .protocols import Protocol, RunSpec
 from .published import PUBLISHED
 from .tables import (
-    PER_RUN_HEADERS, beta_sweep_rows, final_accuracy_rows, group_runs, markdown_table, per_run_rows,
-    rounds_to_target_rows,
+    LOCAL_FIGURE_HEADERS, PER_RUN_HEADERS, beta_sweep_rows, final_accuracy_rows, group_runs, local_figure_rows,
+    markdown_table, per_run_rows, rounds_to_target_rows,
 )  # fmt: skip
 
 SUMMARY = "summary.md"
@@ -89,6 +89,18 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
         ),
         "",
     ]
+    local_rows = local_figure_rows(groups)
+    if local_rows:
+        lines += [
+            "## On the sites' own test data (last round)",
+            "",
+            "Each site's class-proportional share of the test split (see docs/evaluation.md). The global model's figures "
+            "are those of the model the sites received in the last round; means are weighted by training samples, "
+            "the std is across sites; every cell is the mean ± std over seeds.",
+            "",
+            markdown_table(LOCAL_FIGURE_HEADERS, local_rows),
+            "",
+        ]
     speed_rows = rounds_to_target_rows(groups, dataset)
     if speed_rows:
         lines += [

@@ -3,6 +3,8 @@
 - Table 1 style: final top-1 accuracy per method, mean ± std over seeds.
 - Table 2 style: rounds needed to reach FedAvg's final accuracy, and the speed-up over FedAvg.
 - Table 4 style: final accuracy per Dirichlet β.
+- The sites' own test data: in the last round, the mean local accuracy of the global model, the worst site, the
+  spread across sites and the personalised (local model) accuracy.
 
 Accuracies are percentages with two decimals. Standard deviations are population std (``ddof=0``), as
 :mod:`nvflare_moon.solo` reports over sites.
@@ -155,6 +157,31 @@ def beta_sweep_rows(groups: "OrderedDict[Group, List[Dict]]") -> Tuple[List[str]
                  if (variant, beta) in groups else "—" for beta in betas]  # fmt: skip
         rows.append([label] + cells)
     return headers, rows
+
+
+def local_figure_rows(groups: "OrderedDict[Group, List[Dict]]") -> List[List[str]]:
+    """Method, β, seeds, and from each run's last round (means over seeds): the weighted mean local accuracy of the
+    global model the sites received, the worst site's, the std across sites, and the weighted mean personalised
+    accuracy. Only groups whose runs recorded the local figures (runs before them did not)."""
+    rows = []
+    for (variant, beta), runs in groups.items():
+        spreads = [r["rounds"][-1].get("spread", {}) for r in runs if r["rounds"]]
+        if not spreads or not all("accuracy" in s and "local_model_accuracy" in s for s in spreads):
+            continue
+        rows.append([
+            runs[0]["label"], f"{beta:g}", ", ".join(str(r["seed"]) for r in runs),
+            percent_mean_std([s["accuracy"]["mean"] for s in spreads]),
+            percent_mean_std([s["accuracy"]["worst"] for s in spreads]),
+            percent_mean_std([s["accuracy"]["std"] for s in spreads]),
+            percent_mean_std([s["local_model_accuracy"]["mean"] for s in spreads]),
+        ])  # fmt: skip
+    return rows
+
+
+LOCAL_FIGURE_HEADERS = [
+    "method", "β", "seeds", "local acc. of the global model % (mean over sites)", "worst site %", "std over sites %",
+    "personalised acc. % (mean over sites)",
+]  # fmt: skip
 
 
 def per_run_rows(records: Sequence[Dict]) -> List[List[str]]:

@@ -123,7 +123,12 @@ class FedAvgBaselineRecipe(Recipe):
         if dataset not in NUM_CLASSES:
             raise ValueError(f"dataset must be one of {sorted(NUM_CLASSES)}, got {dataset!r}")
         if stop_cond is not None:
-            parse_compare_criteria(stop_cond)  # raises, naming the expected format
+            try:
+                parse_compare_criteria(stop_cond)
+            except (ValueError, AttributeError) as e:
+                raise ValueError(
+                    f"stop_cond must read '<metric> <op> <value>', e.g. 'test_accuracy >= 0.7', got {stop_cond!r}: {e}"
+                ) from e
         if patience is not None:
             check_number("patience", patience, low=1, integer=True)
             if stop_cond is None:

@@ -29,7 +29,9 @@ from nvflare_moon.data import (
 )  # fmt: skip
 from nvflare_moon.executors import FedAvgExecutor
 from nvflare_moon.models import Network
-from nvflare_moon.recipes import FedAvgBaselineRecipe, MoonRecipe
+from nvflare_moon.recipes import (
+    FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
+)  # fmt: skip
 
 from .conftest import TINY_TRAINING, export_and_run
 
@@ -125,6 +127,35 @@ def test_validate_refuses_a_model_that_does_not_fit_and_an_empty_site_reports_no
     assert empty.evaluate_locally(net, fl_ctx) == {}
     assert "site-1 has no local test data" in caplog.text
     assert empty.execute("validate", good, fl_ctx, Signal()).get_return_code() == ReturnCode.EMPTY_RESULT
+
+
+# ---- the recipes -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "recipe_class", [FedAvgBaselineRecipe, MoonRecipe, FedProxRecipe, ScaffoldRecipe, FedSSCRecipe, FedSiamDARecipe]
+)
+def test_every_recipe_takes_nvflares_cross_site_evaluation_and_early_stopping(recipe_class, tmp_path):
+    recipe = recipe_class(min_clients=2, num_rounds=3, stop_cond="test_accuracy >= 0.9", patience=2, **TINY_TRAINING)
+    add_cross_site_evaluation(recipe)
+    recipe.export(str(tmp_path))
+    (job_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    server = json.loads((job_dir / "app" / "config" / "config_fed_server.json").read_text())
+    client = json.loads((job_dir / "app" / "config" / "config_fed_client.json").read_text())
+    workflows = {w["path"].rsplit(".", 1)[-1]: w["args"] for w in server["workflows"]}
+    assert "CrossSiteModelEval" in workflows
+    (training,) = [args for name, args in workflows.items() if name != "CrossSiteModelEval"]
+    assert (training["stop_cond"], training["patience"]) == ("test_accuracy >= 0.9", 2)
+    assert client["executors"][0]["tasks"] == ["train", "validate", "submit_model"]
+
+
+def test_bad_early_stopping_settings_are_refused_by_name():
+    with pytest.raises(ValueError, match="stop_cond must read"):
+        MoonRecipe(min_clients=2, num_rounds=2, dataset="synthetic", stop_cond="accuracy is high")
+    with pytest.raises(ValueError, match="patience"):
+        MoonRecipe(min_clients=2, num_rounds=2, dataset="synthetic", patience=3)
+    with pytest.raises(ValueError, match="patience"):
+        MoonRecipe(min_clients=2, num_rounds=2, dataset="synthetic", stop_cond="accuracy >= 0.5", patience=0)
 
 
 # ---- end to end ------------------------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from typing import NamedTuple, Optional
 
 import torch
 import torch.nn as nn
-import torchvision
 
 
 class ModelOutput(NamedTuple):
@@ -83,6 +82,8 @@ class SimpleCNN(nn.Sequential):
 
 def cifar_resnet50() -> nn.Module:
     """torchvision's ResNet-50 adapted to 32×32 inputs: 3×3 stride-1 stem, no max-pool, fc removed (F = 2048)."""
+    import torchvision  # here, not at the top: it adds ~2 s to every client process that starts (one per task at -t < -n)
+
     net = torchvision.models.resnet50(weights=None)
     net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
     net.maxpool = nn.Identity()

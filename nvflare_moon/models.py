@@ -82,7 +82,7 @@ class SimpleCNN(nn.Sequential):
 
 def cifar_resnet50() -> nn.Module:
     """torchvision's ResNet-50 adapted to 32×32 inputs: 3×3 stride-1 stem, no max-pool, fc removed (F = 2048)."""
-    import torchvision  # here, not at the top: it adds ~2 s to every client process that starts (one per task at -t < -n)
+    import torchvision  # here, not at the top: it adds ~2 s to every client process start (one per task at -t < -n)
 
     net = torchvision.models.resnet50(weights=None)
     net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)

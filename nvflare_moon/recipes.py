@@ -127,7 +127,7 @@ class FedAvgBaselineRecipe(Recipe):
                 parse_compare_criteria(stop_cond)
             except (ValueError, AttributeError) as e:
                 raise ValueError(
-                    f"stop_cond must read '<metric> <op> <value>', e.g. 'test_accuracy >= 0.7', got {stop_cond!r}: {e}"
+                    f"stop_cond must read '<metric> <op> <value>' (e.g. 'test_accuracy >= 0.7'), got {stop_cond!r}: {e}"
                 ) from e
         if patience is not None:
             check_number("patience", patience, low=1, integer=True)

@@ -94,9 +94,9 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
         lines += [
             "## On the sites' own test data (last round)",
             "",
-            "Each site's class-proportional share of the test split (see docs/evaluation.md). The global model's figures "
-            "are those of the model the sites received in the last round; means are weighted by training samples, "
-            "the std is across sites; every cell is the mean ± std over seeds.",
+            "Each site's class-proportional share of the test split (see docs/evaluation.md). The global model's "
+            "figures are those of the model the sites received in the last round; means are weighted by training "
+            "samples, the std is across sites; every cell is the mean ± std over seeds.",
             "",
             markdown_table(LOCAL_FIGURE_HEADERS, local_rows),
             "",

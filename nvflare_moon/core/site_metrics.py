@@ -4,7 +4,7 @@ Fairness across sites is what per-site figures show (FedSiam-DA motivates its du
 whose mean is good may still fail one site. Framework-free, on plain ``{site: value}`` maps.
 
     mean  = Σ_k w_k·a_k / Σ_k w_k      over the sites k that report the figure (w_k: the site's aggregation weight)
-    std   = sqrt(Σ_k (a_k − ā)² / K)   unweighted, population (ddof 0), ā the unweighted mean: every site counts once
+    std   = sqrt(Σ_k (a_k − ā)² / K)   unweighted, population (ddof 0), ā the plain mean: every site counts once
 """
 
 from dataclasses import asdict, dataclass

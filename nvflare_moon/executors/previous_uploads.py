@@ -62,7 +62,8 @@ class PreviousUploadsExecutor(FedAvgExecutor):
     def load_local_model(self, fl_ctx: FLContext) -> Optional[Tuple[int, Dict[str, torch.Tensor]]]:
         """The last stored upload, from the uploads' state file."""
         record = self.load_state(self.STATE_NAME, fl_ctx)
-        uploads, rounds = (None, None) if record is None else (record["payload"].get(k) for k in ("previous_models", "rounds"))
+        payload = {} if record is None else record["payload"]
+        uploads, rounds = payload.get("previous_models"), payload.get("rounds")
         if not uploads or not rounds:
             return None
         return rounds[-1], uploads[-1]

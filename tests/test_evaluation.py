@@ -18,7 +18,7 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
-from nvflare.recipe.utils import add_cross_site_evaluation
+from nvflare.recipe.utils import add_cross_site_evaluation, add_experiment_tracking
 
 from nvflare_moon.core.site_metrics import site_spread, weighted_metric_means
 from nvflare_moon.core.training import evaluate
@@ -182,18 +182,33 @@ def cross_val_results(run) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("evaluation")
-    fedavg = FedAvgBaselineRecipe(
+def run_t3(tmp_path_factory):
+    """FedAvg, every process kept, no server evaluation, with NVFlare's TensorBoard tracking."""
+    recipe = FedAvgBaselineRecipe(
         name="fedavg_eval", min_clients=3, num_rounds=3, server_evaluation=False, **TINY_TRAINING
     )
-    moon = MoonRecipe(name="moon_eval", min_clients=3, num_rounds=2, **TINY_TRAINING)
-    for recipe in (fedavg, moon):
-        add_cross_site_evaluation(recipe)
-    return {
-        3: export_and_run(fedavg, root, n=3, t=3, tag="_t3", timeout=900),
-        1: export_and_run(moon, root, n=3, t=1, tag="_t1", timeout=1800),
-    }
+    add_cross_site_evaluation(recipe)
+    add_experiment_tracking(recipe, "tensorboard")
+    return export_and_run(recipe, tmp_path_factory.mktemp("evaluation_t3"), n=3, t=3, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def run_t1(tmp_path_factory):
+    """MOON, a new client process for every task (about 30 of them)."""
+    recipe = MoonRecipe(name="moon_eval", min_clients=3, num_rounds=2, **TINY_TRAINING)
+    add_cross_site_evaluation(recipe)
+    return export_and_run(recipe, tmp_path_factory.mktemp("evaluation_t1"), n=3, t=1, timeout=1800)
+
+
+@pytest.fixture
+def runs(request):
+    """``runs[t]``: only the runs a test asks for are made."""
+
+    class Runs:
+        def __getitem__(self, t):
+            return request.getfixturevalue(f"run_t{t}")
+
+    return Runs()
 
 
 def last_local_model(run, site: str, t: int) -> dict:
@@ -253,6 +268,21 @@ def test_best_model_is_the_global_model_the_sites_rated_best(runs):
     for site in SITES:
         reported = records[best]["site_metrics"][site]["accuracy"]
         assert local_accuracy(best_model, site) == pytest.approx(reported, abs=1e-12)
+
+
+@pytest.mark.e2e
+def test_site_figures_reach_nvflares_experiment_tracking(runs):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    records = runs[3].global_metrics()
+    for site in SITES:  # written by NVFlare's TBAnalyticsReceiver from the sites' forwarded analytics events
+        events = EventAccumulator(str(runs[3].server_dir() / "tb_events" / site))
+        events.Reload()
+        for name in ("accuracy", "local_model_accuracy"):
+            scalars = events.Scalars(name)
+            assert [e.step for e in scalars] == [r["round"] for r in records]
+            expected = [r["site_metrics"][site][name] for r in records]
+            assert [e.value for e in scalars] == pytest.approx(expected, abs=1e-6)  # stored as float32
 
 
 @pytest.mark.e2e

@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import ReservedKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.signal import Signal
@@ -99,7 +100,7 @@ def test_validate_refuses_a_model_that_does_not_fit_and_an_empty_site_reports_no
     net = Network(num_classes=10, out_dim=32, seed=0)
     executor = FedAvgExecutor(model=net, dataset="synthetic", num_sites=3, batch_size=16, device="cpu", num_threads=1)
     fl_ctx = site_context("site-1")
-    executor._setup(fl_ctx)
+    executor.handle_event(EventType.START_RUN, fl_ctx)
     params = state_dict_to_numpy(Network(num_classes=10, out_dim=16, seed=0))  # another projection size
     del params["l3.bias"]
     reply = executor.execute("validate", FLModelUtils.to_shareable(FLModel(params=params)), fl_ctx, Signal())
@@ -123,7 +124,7 @@ def test_validate_refuses_a_model_that_does_not_fit_and_an_empty_site_reports_no
         model=net, dataset="synthetic", val_dataset=TensorDataset(torch.zeros(0, 3, 32, 32), torch.zeros(0).long()),
         num_sites=3, batch_size=16, device="cpu", num_threads=1,
     )  # fmt: skip
-    empty._setup(fl_ctx)
+    empty.handle_event(EventType.START_RUN, fl_ctx)
     assert empty.evaluate_locally(net, fl_ctx) == {}
     assert "site-1 has no local test data" in caplog.text
     assert empty.execute("validate", good, fl_ctx, Signal()).get_return_code() == ReturnCode.EMPTY_RESULT

@@ -79,7 +79,8 @@ def test_a_new_process_every_round_applies_the_scheduled_mu_and_logs_it(executor
             objective = executor.make_objective(round_number, ctx)
         moon = objective.moon if executor_class is FedSSCExecutor else objective
         assert moon.mu == mu
-        assert f"site-1: round {round_number}: mu = {mu:g} (cold start: 0 in rounds 0-1, ramped in round 2" in caplog.text
+        schedule = "cold start: 0 in rounds 0-1, ramped in round 2, 2 from round 3"
+        assert f"site-1: round {round_number}: mu = {mu:g} ({schedule})" in caplog.text
         if executor_class is FedSSCExecutor:  # its upload needs one recorded batch
             objective.record_class_means()
             x = torch.randn(2, 3, 32, 32)
@@ -116,11 +117,6 @@ def test_recipes_write_the_schedule_and_noise_into_the_job(recipe, expected, tmp
     args = json.loads(config.read_text())["executors"][0]["executor"]["args"]
     assert args["mu"] == expected.pop("mu_moon", expected.pop("mu", None))
     assert {k: args[k] for k in expected} == expected
-
-
-def test_the_papers_jobs_show_no_practical_option():
-    moon = MoonRecipe()
-    assert (moon.mu_off_rounds, moon.mu_ramp_rounds, moon.feature_noise_std) == (0, 0, 0.0)
 
 
 # ---- noise before the projection head ---------------------------------------------------------------------------
@@ -161,16 +157,20 @@ def test_the_model_applies_noise_only_in_training_mode():
 SITE_DATA = TensorDataset(torch.randn(96, 3, 32, 32), torch.arange(96) % 10)
 
 
-def train_round(tmp_path, round_number, site="site-1", **kwargs):
-    """One round of an executor in a fresh process: its objective and batches, as ``execute`` runs them."""
-    ctx = site_context(tmp_path / site / str(round_number), site=site)
-    executor = MoonExecutor(model=Network(seed=0), dataset=SITE_DATA, batch_size=32, local_epochs=2, num_threads=1,
-                            **kwargs)  # fmt: skip
-    executor._setup(ctx)
-    objective = executor.make_objective(round_number, ctx)
-    optimizer = sgd(executor._net, 0.05, 0.9, 0.0)
-    train_local(executor._net, executor._round_batches(site, round_number), objective, optimizer, 2, torch.device("cpu"))
-    return executor
+def train_rounds(tmp_path, rounds=2, site="site-1", **kwargs):
+    """Rounds 0 … rounds−1 of a site, each by a new executor (a restarted process) from the same initial weights, as
+    ``execute`` runs them; the last one's executor and mean loss terms. Round 1 on has MOON's term."""
+    ctx = site_context(tmp_path, site=site)
+    for round_number in range(rounds):
+        executor = MoonExecutor(model=Network(seed=0), dataset=SITE_DATA, batch_size=32, local_epochs=2, num_threads=1,
+                                **kwargs)  # fmt: skip
+        executor._setup(ctx)
+        objective = executor.make_objective(round_number, ctx)
+        optimizer = sgd(executor._net, 0.05, 0.9, 0.0)
+        batches = executor._round_batches(site, round_number)
+        result = train_local(executor._net, batches, objective, optimizer, 2, torch.device("cpu"))
+        executor.after_training(round_number, ctx)
+    return executor, result.mean_terms
 
 
 def same_weights(a, b):
@@ -179,15 +179,18 @@ def same_weights(a, b):
 
 
 def test_zero_scale_is_plain_moon_exactly(tmp_path):
-    plain = train_round(tmp_path / "plain", 0)
-    zero = train_round(tmp_path / "zero", 0, feature_noise_std=0.0)
-    assert zero._net.feature_noise is None and same_weights(zero, plain)
-    assert not same_weights(train_round(tmp_path / "noisy", 0, feature_noise_std=0.1), plain)
+    plain, plain_terms = train_rounds(tmp_path / "plain")
+    zero, zero_terms = train_rounds(tmp_path / "zero", feature_noise_std=0.0)
+    assert zero._net.feature_noise is None
+    assert same_weights(zero, plain) and zero_terms == plain_terms and plain_terms["contrastive"] > 0
+    noisy, _ = train_rounds(tmp_path / "noisy", feature_noise_std=0.1)
+    assert not same_weights(noisy, plain)
 
 
 def test_noise_is_reproducible_and_seeded_per_seed_site_and_round(tmp_path):
-    first = train_round(tmp_path / "a", 1, feature_noise_std=0.5)
-    assert same_weights(train_round(tmp_path / "b", 1, feature_noise_std=0.5), first)  # a restarted process
+    first, first_terms = train_rounds(tmp_path / "a", feature_noise_std=0.5)
+    again, again_terms = train_rounds(tmp_path / "b", feature_noise_std=0.5)
+    assert same_weights(again, first) and again_terms == first_terms
     noise = first._net.feature_noise
     assert (noise.std, noise.seed, noise.site, noise.round_number, noise.steps) == (0.5, 0, "site-1", 1, 6)  # 3 × 2
     reference = FeatureNoise(0.5, seed=0, site="site-1", round_number=1)

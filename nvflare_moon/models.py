@@ -7,7 +7,7 @@
 FedAvg, FedProx, SCAFFOLD and SOLO use this same network so that comparisons are fair.
 """
 
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
@@ -30,6 +30,10 @@ class ProjectionModel(nn.Module):
         predictor_hidden_dim: when set, add FedSiam-DA's SimSiam predictor ``p = predictor(z)``
             (out_dim → predictor_hidden_dim → out_dim, Linear–BN–ReLU–Linear; the paper's 256→64→256 is 64). It is
             part of the state dict, so it is aggregated with the rest of the model. None: no predictor.
+
+    ``feature_noise`` (not an argument; None by default) is a callable applied to h before the projection head in
+    training mode only, e.g. :class:`~nvflare_moon.core.feature_noise.FeatureNoise`, which the MOON and FedSSC
+    executors set every round when ``feature_noise_std > 0``. It holds no parameters: the state dict is unchanged.
     """
 
     def __init__(
@@ -53,10 +57,12 @@ class ProjectionModel(nn.Module):
         self.l3 = nn.Linear(out_dim, num_classes)
         # created last, so that the other layers' initial weights do not depend on it
         self.predictor = None if predictor_hidden_dim is None else simsiam_predictor(out_dim, predictor_hidden_dim)
+        self.feature_noise: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
 
     def forward(self, x: torch.Tensor) -> ModelOutput:
         h = torch.flatten(self.backbone(x), 1)
-        z = self.l2(torch.relu(self.l1(h)))
+        head_input = self.feature_noise(h) if self.training and self.feature_noise is not None else h
+        z = self.l2(torch.relu(self.l1(head_input)))
         return ModelOutput(h, z, self.l3(z))
 
 

@@ -207,24 +207,37 @@ class MoonRecipe(FedAvgBaselineRecipe):
         num_previous_models: how many previous local models serve as negatives (paper: 1).
         representation_loss: ``"contrastive"`` (MOON), or the paper's ℓ2 ablation ``"l2"`` / ``"l2_squared"``
             (see :class:`MoonExecutor`).
+        mu_off_rounds: cold start: μ = 0 in the first K rounds (default 0: off).
+        mu_ramp_rounds: cold start: then μ rises linearly over R rounds (default 0); see
+            ``docs/practical_options.md``.
+        feature_noise_std: σ of the Gaussian noise on h before the projection head, relative to ‖h‖ (0: off).
         **kwargs: every :class:`FedAvgBaselineRecipe` argument.
     """
 
     def __init__(
         self, *, name: str = "moon_cifar10", mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
-        representation_loss: str = "contrastive", **kwargs,
+        representation_loss: str = "contrastive", mu_off_rounds: int = 0, mu_ramp_rounds: int = 0,
+        feature_noise_std: float = 0.0, **kwargs,
     ):  # fmt: skip
         self.mu = mu
         self.temperature = temperature
         self.num_previous_models = num_previous_models
         self.representation_loss = representation_loss
+        self.mu_off_rounds = mu_off_rounds
+        self.mu_ramp_rounds = mu_ramp_rounds
+        self.feature_noise_std = feature_noise_std
         super().__init__(name=name, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
-        return MoonExecutor(
-            **common_args, mu=self.mu, temperature=self.temperature, num_previous_models=self.num_previous_models,
-            representation_loss=self.representation_loss,
-        )  # fmt: skip
+        return MoonExecutor(**common_args, **self.moon_args(), representation_loss=self.representation_loss)
+
+    def moon_args(self) -> Dict[str, Any]:
+        """The executor arguments of MOON's term, shared with FedSSC."""
+        return dict(
+            mu=self.mu, temperature=self.temperature, num_previous_models=self.num_previous_models,
+            mu_off_rounds=self.mu_off_rounds, mu_ramp_rounds=self.mu_ramp_rounds,
+            feature_noise_std=self.feature_noise_std,
+        )
 
 
 class FedProxRecipe(FedAvgBaselineRecipe):
@@ -281,7 +294,8 @@ class FedSSCRecipe(MoonRecipe):
             in their last local epoch, and sites withhold the others (paper: 10).
         prototype_clip_norm: clip each uploaded prototype to this L2 norm (None: off).
         prototype_noise_std: σ of the Gaussian noise added to uploaded prototypes (0: off).
-        **kwargs: every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
+        **kwargs: every :class:`MoonRecipe` argument but ``mu`` and ``representation_loss`` (the cold start schedules
+            μ_moon) and every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
     """
 
     def __init__(
@@ -300,9 +314,8 @@ class FedSSCRecipe(MoonRecipe):
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return FedSSCExecutor(
-            **common_args, mu=self.mu_moon, temperature=self.temperature, num_previous_models=self.num_previous_models,
-            mu_glob=self.mu_glob, min_class_count=self.min_class_count, prototype_clip_norm=self.prototype_clip_norm,
-            prototype_noise_std=self.prototype_noise_std,
+            **common_args, **self.moon_args(), mu_glob=self.mu_glob, min_class_count=self.min_class_count,
+            prototype_clip_norm=self.prototype_clip_norm, prototype_noise_std=self.prototype_noise_std,
         )  # fmt: skip
 
     def make_aggregator(self) -> ModelAggregator:

@@ -327,3 +327,26 @@ def test_protocols_hold_the_documented_runs():
     assert (paper.local_epochs, paper.rounds, paper.device, paper.solo_epochs_per_site) == (10, 100, "auto", 300)
     with pytest.raises(ValueError, match="rounds"):
         customised(quick, rounds=0)
+
+
+def test_practical_protocol_reuses_quicks_runs_and_sets_each_option(tmp_path):
+    quick = {spec.run_id: spec.fingerprint() for spec in PROTOCOLS["quick"].runs()}
+    practical = PROTOCOLS["practical"].runs()
+    shared = [spec for spec in practical if spec.variant.method in ("moon", "fedavg")]
+    assert sorted(spec.run_id for spec in shared) == sorted(r for r in quick if r.split("-")[0] in ("moon", "fedavg"))
+    assert all(spec.fingerprint() == quick[spec.run_id] for spec in shared)  # the same runs: done once, not redone
+    seeds = {}
+    for spec in practical:
+        seeds.setdefault(spec.variant.name, []).append(spec.seed)
+    assert seeds == {
+        "fedavg": [0, 1, 2], "moon": [0, 1, 2],
+        "moon_cold_start-mu_off_rounds3": [0, 1, 2], "moon_cold_start-mu_off_rounds5": [0, 1, 2],
+        "moon_feature_noise-feature_noise_std0.1": [0], "moon_feature_noise-feature_noise_std0.5": [0],
+    }  # fmt: skip
+    expected_args = {"moon_cold_start": "mu_off_rounds", "moon_feature_noise": "feature_noise_std"}
+    for spec in practical[-2:] + [s for s in practical if s.variant.method == "moon_cold_start"][:1]:
+        METHODS[spec.variant.method].launch(spec, str(tmp_path / spec.run_id), None)
+        (config,) = (tmp_path / spec.run_id / "job").glob("*/app/config/config_fed_client.json")
+        args = json.loads(config.read_text())["executors"][0]["executor"]["args"]
+        name, value = spec.variant.args[0]
+        assert name == expected_args[spec.variant.method] and args[name] == value

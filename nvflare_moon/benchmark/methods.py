@@ -123,6 +123,9 @@ METHODS: Dict[str, Union[SimulatorMethod, CommandMethod]] = {
     ),
     "moon": SimulatorMethod("MOON", MoonRecipe),
     "moon_l2": SimulatorMethod("ℓ2 penalty", MoonRecipe, {"representation_loss": "l2"}),
+    # the MOON article's practical options (docs/practical_options.md); a variant's args set them
+    "moon_cold_start": SimulatorMethod("MOON, cold start", MoonRecipe),
+    "moon_feature_noise": SimulatorMethod("MOON, noise on h", MoonRecipe),
     "fedssc": SimulatorMethod("FedSSC", FedSSCRecipe),
     "fedsiam_da": SimulatorMethod("FedSiam-DA", FedSiamDARecipe),
 }
@@ -133,5 +136,5 @@ def variant_label(variant: Variant) -> str:
     label = METHODS[variant.method].label
     if not variant.args:
         return label
-    names = {"mu": "μ"}
+    names = {"mu": "μ", "mu_off_rounds": "K", "mu_ramp_rounds": "R", "feature_noise_std": "σ"}
     return f"{label} (" + ", ".join(f"{names.get(k, k)}={format_value(v)}" for k, v in variant.args) + ")"

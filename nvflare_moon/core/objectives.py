@@ -33,7 +33,8 @@ class MoonObjective(CrossEntropyObjective):
     Args:
         global_model: the round's received global model, frozen.
         previous_models: the party's previous local models, oldest first, frozen; empty drops the term.
-        mu: μ ≥ 0.
+        mu: μ ≥ 0; 0 (a cold-start round, see :func:`~nvflare_moon.core.schedules.scheduled_mu`) also drops the term,
+            which is then neither computed nor reported.
         temperature: τ > 0.
     """
 
@@ -45,7 +46,7 @@ class MoonObjective(CrossEntropyObjective):
 
     def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
         ce, terms = super().__call__(out, x, y)
-        if not self.previous_models:
+        if not self.previous_models or self.mu == 0:
             return ce, terms
         with torch.no_grad():
             z_glob = self.global_model(x).projection
@@ -63,7 +64,7 @@ class RepresentationL2Objective(CrossEntropyObjective):
 
     Args:
         global_model: the round's received global model, frozen.
-        mu: μ ≥ 0.
+        mu: μ ≥ 0; 0 drops the penalty, which is then neither computed nor reported.
         squared: use the squared norm.
     """
 
@@ -74,6 +75,8 @@ class RepresentationL2Objective(CrossEntropyObjective):
 
     def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
         ce, terms = super().__call__(out, x, y)
+        if self.mu == 0:
+            return ce, terms
         with torch.no_grad():
             z_glob = self.global_model(x).projection
         penalty = representation_l2_loss(out.projection, z_glob, self.squared)

@@ -29,7 +29,10 @@ class FedSSCExecutor(MoonExecutor):
     """FedSSC; all :class:`MoonExecutor` and :class:`FedAvgExecutor` arguments apply.
 
     Args:
-        mu: μ_moon, the weight of MOON's term (paper: 5 for CIFAR-10, MOON's best μ for the dataset).
+        mu: μ_moon, the weight of MOON's term (paper: 5 for CIFAR-10, MOON's best μ for the dataset). The cold start
+            (``mu_off_rounds``, ``mu_ramp_rounds``) schedules μ_moon only; μ_glob is constant, and the prototype term is
+            absent in round 0 anyway. ``feature_noise_std`` also reaches the uploaded class means, which are computed
+            from the noisy training forward passes.
         temperature: τ of both MOON's term and the prototype term (paper: 0.5).
         mu_glob: μ_glob ≥ 0, the weight of the prototype term (paper: 1).
         min_class_count: classes seen fewer times in the last local epoch are not uploaded (their mean and count are

@@ -2,13 +2,17 @@
 
 The party's previous local models (a FIFO of the last ``num_previous_models`` uploads) are kept in a job-scoped state
 file (see :mod:`.previous_uploads`), so MOON is the same algorithm whether the client process lives for the whole job
-or is restarted for every task (NVFlare's simulator with ``-t < -n``).
+or is restarted for every task (NVFlare's simulator with ``-t < -n``). The MOON article's practical options, the
+cold start (a μ schedule) and noise before the projection head, are off by default (``docs/practical_options.md``).
 """
 
 from nvflare.apis.fl_context import FLContext
 
+from ..core.feature_noise import FeatureNoise
 from ..core.objectives import CrossEntropyObjective, MoonObjective, RepresentationL2Objective
+from ..core.schedules import check_mu_schedule, describe_mu_schedule, scheduled_mu
 from ..core.training import frozen_copy
+from ..models import ProjectionModel
 from ..validation import check_choice, check_number
 from .fedavg import FedAvgExecutor
 from .previous_uploads import PreviousUploadsExecutor
@@ -27,6 +31,12 @@ class MoonExecutor(PreviousUploadsExecutor):
         representation_loss: ``"contrastive"`` (MOON) or the paper's ablation (Table 5), an ℓ2 pull of z towards
             z_glob with the same μ and no previous model: ``"l2"`` (μ·mean‖z − z_glob‖₂) or ``"l2_squared"``
             (μ·mean‖z − z_glob‖₂²); see :class:`~nvflare_moon.core.objectives.RepresentationL2Objective`.
+        mu_off_rounds: cold start: μ is 0 in rounds 0 … K−1 (default 0: the paper's constant μ).
+        mu_ramp_rounds: cold start: then μ rises linearly over R rounds (default 0: straight to μ); see
+            :func:`~nvflare_moon.core.schedules.scheduled_mu`. The μ in force is logged every round.
+        feature_noise_std: σ ≥ 0 of the Gaussian noise added to the features h before the projection head during
+            local training, relative to each sample's ‖h‖ (see :class:`~nvflare_moon.core.feature_noise.FeatureNoise`;
+            0, the default: off). It needs a :class:`~nvflare_moon.models.ProjectionModel`.
     """
 
     STATE_NAME = "moon_state"
@@ -34,26 +44,43 @@ class MoonExecutor(PreviousUploadsExecutor):
 
     def __init__(
         self, *args, mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
-        representation_loss: str = "contrastive", **kwargs,
+        representation_loss: str = "contrastive", mu_off_rounds: int = 0, mu_ramp_rounds: int = 0,
+        feature_noise_std: float = 0.0, **kwargs,
     ):  # fmt: skip
         super().__init__(*args, **kwargs)
         check_choice("representation_loss", representation_loss, REPRESENTATION_LOSSES)
-        check_number("mu", mu, low=0)
+        check_mu_schedule(mu, mu_off_rounds, mu_ramp_rounds)
         check_number("temperature", temperature, low=0, low_inclusive=False)
         check_number("num_previous_models", num_previous_models, low=1, integer=True)
+        check_number("feature_noise_std", feature_noise_std, low=0)
+        if feature_noise_std > 0 and not isinstance(self.model, ProjectionModel):
+            raise ValueError(
+                "feature_noise_std > 0 needs a ProjectionModel (nvflare_moon.models.Network, or your backbone wrapped "
+                "in ProjectionModel), which applies the noise before its projection head; set feature_noise_std=0"
+            )
         self.mu = mu
         self.temperature = temperature
         self.num_previous_models = num_previous_models
         self.representation_loss = representation_loss
+        self.mu_off_rounds = mu_off_rounds
+        self.mu_ramp_rounds = mu_ramp_rounds
+        self.feature_noise_std = feature_noise_std
 
     def uploads_to_keep(self) -> int:
         return self.num_previous_models
 
     def make_objective(self, round_number: int, fl_ctx: FLContext) -> CrossEntropyObjective:
+        site = fl_ctx.get_identity_name()
+        mu = scheduled_mu(round_number, self.mu, self.mu_off_rounds, self.mu_ramp_rounds)
+        schedule = describe_mu_schedule(self.mu, self.mu_off_rounds, self.mu_ramp_rounds)
+        self.log_info(fl_ctx, f"{site}: round {round_number}: mu = {mu:g}" + (f" ({schedule})" if schedule else ""))
+        if self.feature_noise_std > 0:
+            self._net.feature_noise = FeatureNoise(self.feature_noise_std, self.seed, site, round_number)
         if self.representation_loss != "contrastive":
             squared = self.representation_loss == "l2_squared"
-            return RepresentationL2Objective(frozen_copy(self._net), self.mu, squared=squared)
+            return RepresentationL2Objective(frozen_copy(self._net), mu, squared=squared)
+        # loaded in cold-start rounds too, so that the stored uploads stay complete (see after_training)
         previous_models = self.load_previous_uploads(round_number, fl_ctx, without="the contrastive term")
         if not previous_models:
             self.log_info(fl_ctx, f"round {round_number}: no previous local model yet, the contrastive term is dropped")
-        return MoonObjective(frozen_copy(self._net), previous_models, self.mu, self.temperature)
+        return MoonObjective(frozen_copy(self._net), previous_models, mu, self.temperature)

@@ -29,8 +29,8 @@ from .executors import (
 from .core.sampling import sites_per_round
 from .models import Network
 from .server import (
-    DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, SampledFedAvg, ScaffoldAggregator,
-    WeightedFedAvgAggregator,
+    DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, RunOutcomeCheck, SampledFedAvg,
+    ScaffoldAggregator, ShardCoverageCheck, WeightedFedAvgAggregator,
 )  # fmt: skip
 from .validation import check_number
 
@@ -136,6 +136,8 @@ class FedAvgBaselineRecipe(Recipe):
             controller = FedAvg(**controller_args)
         job.to_server(controller, id="controller")
         job.to_server(GlobalModelEvaluator(model=network(), **data_args, device=device), id="global_evaluator")
+        job.to_server(ShardCoverageCheck(num_sites=num_sites), id="shard_coverage_check")
+        job.to_server(RunOutcomeCheck(controller_id="controller"), id="run_outcome_check")
         job.to_clients(executor, tasks=["train"])
         if byoc:
             marker = _byoc_marker()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -35,14 +36,29 @@ class SimulatorRun:
         return record["round"], record["payload"]["previous_models"][-1]
 
 
-def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300) -> SimulatorRun:
+def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300, clients=None) -> SimulatorRun:
+    """Run the simulator (``-c clients`` instead of ``-n`` when given). Its workers share its process group, which is
+    killed when the run is over or past ``timeout``, so that no worker outlives the test."""
+    sites = ["-c", ",".join(clients)] if clients else ["-n", str(n)]
     cmd = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir),
-           "-w", str(workspace), "-n", str(n), "-t", str(t)]  # fmt: skip
+           "-w", str(workspace), *sites, "-t", str(t)]  # fmt: skip
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    completed = subprocess.run(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env, cwd=workspace.parent
-    )
-    return SimulatorRun(Path(workspace), completed)
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workspace.parent,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"the simulator ran past {timeout} s; its output ends:\n{output[-3000:]}")
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return SimulatorRun(Path(workspace), subprocess.CompletedProcess(cmd, process.returncode, output))
 
 
 # training settings of the end-to-end tests' tiny jobs: a second or so of training per site and round

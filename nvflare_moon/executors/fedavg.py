@@ -19,7 +19,7 @@ from nvflare.apis.event_type import EventType
 from nvflare.apis.executor import Executor
 from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
-from nvflare.apis.shareable import Shareable, make_reply
+from nvflare.apis.shareable import ReservedHeaderKey, Shareable, make_reply
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
@@ -126,6 +126,7 @@ class FedAvgExecutor(Executor):
         self.train_task_name = train_task_name
         self.resume_from_job_id = resume_from_job_id
         self._net: Optional[nn.Module] = None
+        self._setup_error: Optional[str] = None
         self._train_data = None
         self._num_samples = 0
         self._torch_device = torch.device("cpu")
@@ -137,8 +138,10 @@ class FedAvgExecutor(Executor):
             try:
                 self._setup(fl_ctx)
             except Exception as e:
-                self.log_error(fl_ctx, f"cannot start training: {e}")
-                self.system_panic(f"{fl_ctx.get_identity_name()}: {e}", fl_ctx)
+                # Kept to answer the first task with: a failed reply makes NVFlare's controller end the job (the
+                # simulator exits 2), where a panic on the site leaves the server waiting for its answer.
+                self._setup_error = f"{fl_ctx.get_identity_name()} cannot start training: {e}"
+                self.log_error(fl_ctx, self._setup_error)
 
     def _setup(self, fl_ctx: FLContext) -> None:
         site = fl_ctx.get_identity_name()
@@ -152,13 +155,21 @@ class FedAvgExecutor(Executor):
             self._train_data = self.dataset
         self._num_samples = len(self._train_data)
         if self._num_samples < self.batch_size:
-            raise ValueError(f"site {site} has {self._num_samples} samples, fewer than batch_size={self.batch_size}")
+            raise ValueError(
+                f"site {site} has {self._num_samples} samples, fewer than batch_size={self.batch_size}; "
+                "lower batch_size, or split the data over fewer sites (num_sites)"
+            )
         self._net = self.model.to(self._torch_device)
         self.log_info(
             fl_ctx,
             f"{site}: {self._num_samples} training samples, {self._num_samples // self.batch_size} batches/epoch, "
             f"device {self._torch_device}, {torch.get_num_threads()} threads",
         )
+
+    def _setup_failed_reply(self, fl_ctx: FLContext) -> Shareable:
+        """The answer of a site that could not set up: an error carrying the reason, which the server logs."""
+        error = self._setup_error or f"{fl_ctx.get_identity_name()} cannot train: training was not set up"
+        return make_reply(ReturnCode.EXECUTION_EXCEPTION, headers={ReservedHeaderKey.ERROR: error})
 
     def _round_batches(self, site: str, round_number: int):
         """The round's batches. The order is a function of (seed, site, round) alone, so a client process that is
@@ -179,8 +190,7 @@ class FedAvgExecutor(Executor):
         if task_name != self.train_task_name:
             return make_reply(ReturnCode.TASK_UNKNOWN)
         if self._net is None:
-            self.log_error(fl_ctx, "training was not set up; see the error logged at the start of the run")
-            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+            return self._setup_failed_reply(fl_ctx)
         received = FLModelUtils.from_shareable(shareable, fl_ctx)
         round_number = received.current_round or 0
         site = fl_ctx.get_identity_name()

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_CIFAR10 = REPO.parent / "shared" / "data" / "cifar10"
 
 
 class SimulatorRun:

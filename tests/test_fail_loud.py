@@ -30,6 +30,7 @@ def last_errors(output: str, count: int = 3) -> str:
 
 def assert_failed(run, *words):
     assert run.returncode == 2, run.output[-3000:]
+    assert run.leftover_workers == []
     assert not run.global_metrics()  # no round was aggregated
     for word in words:
         assert word in last_errors(run.output), last_errors(run.output)

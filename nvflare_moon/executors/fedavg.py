@@ -32,7 +32,7 @@ from ..core.weights import load_numpy_state, state_dict_to_numpy
 from ..data import DATASETS, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_train_arrays, train_transform
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
-from ..validation import check_choice, check_number
+from ..validation import JOB_REFUSED_HEADER, check_choice, check_number
 
 
 class FedAvgExecutor(Executor):
@@ -166,9 +166,12 @@ class FedAvgExecutor(Executor):
             f"device {self._torch_device}, {torch.get_num_threads()} threads",
         )
 
-    def _setup_failed_reply(self, fl_ctx: FLContext) -> Shareable:
-        """The answer of a site that could not set up: an error carrying the reason, which the server logs."""
-        error = self._setup_error or f"{fl_ctx.get_identity_name()} cannot train: training was not set up"
+    def _setup_failed_reply(self, task: Shareable, fl_ctx: FLContext) -> Shareable:
+        """The answer of a site that could not set up, or whose server refused the job: an error carrying the
+        reason, which the server logs and NVFlare's controller turns into a failed job."""
+        refused = task.get_header(JOB_REFUSED_HEADER)
+        error = f"the server refused the job: {refused}" if refused else self._setup_error
+        error = error or f"{fl_ctx.get_identity_name()} cannot train: training was not set up"
         return make_reply(ReturnCode.EXECUTION_EXCEPTION, headers={ReservedHeaderKey.ERROR: error})
 
     def _round_batches(self, site: str, round_number: int):
@@ -189,8 +192,8 @@ class FedAvgExecutor(Executor):
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         if task_name != self.train_task_name:
             return make_reply(ReturnCode.TASK_UNKNOWN)
-        if self._net is None:
-            return self._setup_failed_reply(fl_ctx)
+        if self._net is None or shareable.get_header(JOB_REFUSED_HEADER):
+            return self._setup_failed_reply(shareable, fl_ctx)
         received = FLModelUtils.from_shareable(shareable, fl_ctx)
         round_number = received.current_round or 0
         site = fl_ctx.get_identity_name()

@@ -4,6 +4,7 @@ match the data split. NVFlare's simulator exits 2 when the server saw a fatal er
 
 import pytest
 
+from nvflare_moon.data import check_site_shards
 from nvflare_moon.recipes import MoonRecipe
 
 from .conftest import run_simulator
@@ -80,3 +81,22 @@ def test_two_sites_on_one_shard_end_the_job_naming_them(tmp_path):
 def test_fewer_sites_than_shards_end_the_job(tmp_path):
     run = run_simulator(export(tmp_path), tmp_path / "ws", n=2, t=2, timeout=TIMEOUT)
     assert_failed(run, "only 2 take part (site-1, site-2): shard(s) [3] would never be trained", "-n 3")
+
+
+@pytest.mark.parametrize(
+    "sites,num_sites,words",
+    [
+        (["east-1", "west-1", "site-3"], 3, "east-1 and west-1 take shard 1"),
+        (["site-1", "site-2"], 3, "shard(s) [3] would never be trained"),
+        (["site-1", "site-2", "site-3"], 2, "'site-3' is out of range for num_sites=2"),
+        (["site-1", "hospital"], 2, "'hospital' has no numeric suffix"),
+    ],
+)
+def test_sites_that_do_not_cover_the_shards_one_each_are_named(sites, num_sites, words):
+    with pytest.raises(ValueError, match="run exactly") as refused:
+        check_site_shards(sites, num_sites)
+    assert words in str(refused.value)
+
+
+def test_sites_that_cover_the_shards_one_each_pass_in_any_order():
+    check_site_shards(["site-2", "hospital_3", "east-1"], 3)

@@ -39,8 +39,8 @@ from .executors import (
 from .core.sampling import sites_per_round
 from .models import Network
 from .server import (
-    DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, SampledFedAvg, ScaffoldAggregator,
-    WeightedFedAvgAggregator,
+    DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, RunOutcomeCheck, SampledFedAvg,
+    ScaffoldAggregator, ShardCoverageCheck, WeightedFedAvgAggregator,
 )  # fmt: skip
 from .validation import check_number
 
@@ -174,6 +174,8 @@ class FedAvgBaselineRecipe(Recipe):
         job.to_server(controller, id="controller")
         test_data = dict(data_args) if server_evaluation else dict(dataset=None)
         job.to_server(GlobalModelEvaluator(model=network(), **test_data, device=device), id="global_evaluator")
+        job.to_server(ShardCoverageCheck(num_sites=num_sites), id="shard_coverage_check")
+        job.to_server(RunOutcomeCheck(controller_id="controller"), id="run_outcome_check")
         tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
         job.to_clients(executor, tasks=tasks)
         job.to_clients(ConvertToFedEvent(events_to_convert=[ANALYTIC_EVENT_TYPE]), id="event_to_fed")

@@ -8,16 +8,27 @@ import torch
 
 
 def resolve_device(device: str) -> torch.device:
-    """``"auto"`` picks the GPU when one is visible, else the CPU; anything else is passed to torch.
+    """``"auto"`` picks the GPU when one is visible, else the CPU; anything else must be a torch device string
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...), and a GPU must be visible. Raises ValueError naming ``device``.
 
     NVFlare's simulator with ``-gpu 0,1`` sets ``CUDA_VISIBLE_DEVICES`` per client process, so ``"auto"`` (``cuda``,
     i.e. the first visible device) spreads the sites over the listed GPUs.
     """
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
+    expected = f"device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>', got {device!r}"
+    if not isinstance(device, str):
+        raise ValueError(expected)
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(expected) from e
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but no GPU is visible; use device='auto' or 'cpu'")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device={device!r} but only {torch.cuda.device_count()} GPU(s) are visible; use device='auto' or 'cuda'"
+        )
     return resolved
 
 

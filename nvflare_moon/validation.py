@@ -3,6 +3,9 @@
 import math
 from typing import Any, Iterable, Optional
 
+# A header on a task: the server refuses the job (the reason is its value); executors answer with a failed reply.
+JOB_REFUSED_HEADER = "nvflare_moon.job_refused"
+
 
 def check_number(
     name: str, value: Any, *, low: Optional[float] = None, low_inclusive: bool = True, integer: bool = False

@@ -2,20 +2,23 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_CIFAR10 = REPO.parent / "shared" / "data" / "cifar10"
+SIMULATOR_WORKER = "nvflare.private.fed.app.simulator.simulator_worker"
 
 
 class SimulatorRun:
-    def __init__(self, workspace: Path, completed: subprocess.CompletedProcess):
+    def __init__(self, workspace: Path, completed: subprocess.CompletedProcess, leftover_workers=()):
         self.workspace = workspace
+        self.leftover_workers = list(leftover_workers)  # pids of client workers alive after the simulator exited
         self.returncode = completed.returncode
         self.output = completed.stdout
 
@@ -35,14 +38,52 @@ class SimulatorRun:
         return record["round"], record["payload"]["previous_models"][-1]
 
 
-def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300) -> SimulatorRun:
+def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300, clients=None) -> SimulatorRun:
+    """Run the simulator (``-c clients`` instead of ``-n`` when given); past ``timeout`` the test fails. No process of
+    the run outlives it: its process group is killed, and so are its client workers (they run in sessions of their
+    own); the run's ``leftover_workers`` are those that were still alive after a normal exit."""
+    sites = ["-c", ",".join(clients)] if clients else ["-n", str(n)]
     cmd = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir),
-           "-w", str(workspace), "-n", str(n), "-t", str(t)]  # fmt: skip
+           "-w", str(workspace), *sites, "-t", str(t)]  # fmt: skip
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    completed = subprocess.run(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env, cwd=workspace.parent
-    )
-    return SimulatorRun(Path(workspace), completed)
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workspace.parent,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(process.pid)
+        kill_workers(workspace)
+        output, _ = process.communicate()
+        pytest.fail(f"the simulator ran past {timeout} s; its output ends:\n{output[-3000:]}")
+    _kill_group(process.pid)
+    completed = subprocess.CompletedProcess(cmd, process.returncode, output)
+    return SimulatorRun(Path(workspace), completed, leftover_workers=kill_workers(workspace))
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def kill_workers(workspace) -> list:
+    """Kill the simulator client workers of ``workspace`` that are still alive; return their pids."""
+    root = os.path.abspath(workspace) + os.sep
+    workers = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if SIMULATOR_WORKER in cmdline and any(arg.startswith(root) for arg in cmdline):
+            workers.append(process)
+    for worker in workers:
+        try:
+            worker.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(workers, timeout=10)
+    return [worker.pid for worker in workers]
 
 
 # training settings of the end-to-end tests' tiny jobs: a second or so of training per site and round

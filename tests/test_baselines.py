@@ -17,6 +17,8 @@ from nvflare_moon.core.scaffold import ScaffoldRound, apply_control_deltas
 from nvflare_moon.server import ScaffoldAggregator
 from nvflare_moon.core.training import frozen_copy
 
+from .test_moon_state_recovery import site_context
+
 C_GLOBAL, C_DIFF = AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL, AlgorithmConstants.SCAFFOLD_CTRL_DIFF
 
 
@@ -129,6 +131,21 @@ def test_scaffold_executor_refuses_a_later_round_without_the_global_control():
     executor = ScaffoldExecutor(model=Network())
     with pytest.raises(ValueError, match="no SCAFFOLD global control.*ScaffoldRecipe"):
         executor.on_receive(FLModel(params={}, current_round=1, meta={}), fl_ctx=None)
+
+
+def test_scaffold_control_saved_for_another_network_is_set_aside_byte_for_byte(tmp_path, caplog):
+    ctx = site_context(tmp_path)
+    other = ScaffoldExecutor(model=tiny_net())
+    other.state_store(other.STATE_NAME, ctx).save(0, {"local_control": {"w": torch.zeros(3)}})
+    state = tmp_path / "job-1" / "nvflare_moon" / "scaffold_state.pt"
+    original = state.read_bytes()
+    executor = ScaffoldExecutor(model=tiny_net())
+    executor._net = executor.model
+    with caplog.at_level(logging.WARNING):
+        assert executor._load_local_control(ctx) is None
+    (kept,) = state.parent.iterdir()
+    assert kept.name.startswith("scaffold_state.pt.unusable-other-network-") and kept.read_bytes() == original
+    assert f"site-1: state file {state} cannot be used" in caplog.text and "restarts from 0" in caplog.text
 
 
 # ---- SCAFFOLD, server ------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Tests for nvflare_moon.data: partitions (MOON reference check values), datasets, batched transforms, loader."""
 from __future__ import annotations
 
+import gzip
 import math
 import os
 import pickle
@@ -17,9 +18,9 @@ from nvflare_moon.data import partition as P
 from nvflare_moon.data import transforms as T
 from nvflare_moon.data.datasets import make_synthetic
 
-REPO = Path(__file__).resolve().parents[1]
-TRAIN_LABELS = REPO.parent / "shared/data/cifar10/train_labels.txt"
-CIFAR_ROOT = REPO / ".data"
+# the 50,000 CIFAR-10 training labels in the official data_batch_1..5 order (they come with the dataset)
+TRAIN_LABELS = Path(__file__).resolve().parent / "data" / "cifar10_train_labels.txt.gz"
+CIFAR_ROOT = Path(D.resolve_data_root(None))  # where the loader looks: $NVFLARE_MOON_DATA or ~/.cache/nvflare_moon/data
 
 SIZES = [5307, 3688, 4435, 5047, 5189, 3803, 5202, 4325, 8078, 4926]
 BATCHES = [82, 57, 69, 78, 81, 59, 81, 67, 126, 76]
@@ -28,8 +29,7 @@ PARTY0_COUNTS = [953, 142, 141, 75, 695, 819, 0, 2482, 0, 0]
 
 @pytest.fixture(scope="module")
 def cifar_labels() -> np.ndarray:
-    assert TRAIN_LABELS.is_file(), f"missing {TRAIN_LABELS} (the repo must have ../shared beside it)"
-    y = np.array(TRAIN_LABELS.read_text().split(), dtype=np.int64)
+    y = np.array(gzip.decompress(TRAIN_LABELS.read_bytes()).split(), dtype=np.int64)
     assert y.shape == (50000,)
     return y
 
@@ -321,7 +321,7 @@ def test_cifar_download_uses_torchvision(tmp_path, monkeypatch):
 
 def test_real_cifar10(cifar_labels):
     if not (CIFAR_ROOT / "cifar-10-batches-py").is_dir():
-        pytest.skip(f"{CIFAR_ROOT}/cifar-10-batches-py not built (python ../shared/data/cifar10/build_batches.py .data)")
+        pytest.skip(f"needs the CIFAR-10 images at {CIFAR_ROOT}/cifar-10-batches-py (see the README's Data section)")
     s = D.load_dataset("cifar10", str(CIFAR_ROOT))
     assert s.train.images.shape == (50000, 3, 32, 32) and s.test.images.shape == (10000, 3, 32, 32)
     assert np.array_equal(s.train.labels.numpy(), cifar_labels)

@@ -74,21 +74,6 @@ def test_bad_recipe_arguments_are_refused_by_name():
         MoonRecipe(arch="vgg")
 
 
-def edit_job(job_dir, old, new):
-    for config in (job_dir / "app" / "config").glob("*.json"):
-        config.write_text(config.read_text().replace(old, new))
-
-
-@pytest.mark.e2e
-def test_bad_setting_in_a_job_stops_the_simulator_naming_it(tmp_path):
-    MoonRecipe(name="bad", min_clients=2, num_rounds=2, dataset="synthetic").export(str(tmp_path / "jobs"))
-    edit_job(tmp_path / "jobs" / "bad", '"mu": 5.0', '"mu": -1.0')
-    run = run_simulator(tmp_path / "jobs" / "bad", tmp_path / "ws", n=2, t=2, timeout=120)
-    # NVFlare's simulator ends the run when a client's config fails, but exits 0 (its choice, not ours).
-    assert "mu must be >= 0, got -1.0" in run.output
-    assert "trained" not in run.output and not run.global_metrics()
-
-
 @pytest.mark.e2e
 def test_missing_dataset_stops_the_run_saying_where_it_looked(tmp_path):
     empty = tmp_path / "empty_data"

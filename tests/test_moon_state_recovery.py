@@ -63,9 +63,15 @@ def test_a_state_file_for_another_network_is_not_used(tmp_path, caplog):
     other = MoonExecutor(model=Network(seed=0, out_dim=128), dataset="synthetic")
     other._net = other.model
     other.after_training(0, ctx)
+    state = tmp_path / "job-1" / "nvflare_moon" / "moon_state.pt"
+    original = state.read_bytes()
     with caplog.at_level(logging.WARNING):
         assert moon_executor().make_objective(1, ctx).previous_models == []
     assert "do not match this job's network" in caplog.text
+    (kept,) = [f for f in os.listdir(state.parent) if ".unusable-other-network-" in f]
+    assert (state.parent / kept).read_bytes() == original  # set aside byte for byte, not overwritten
+    assert not state.exists()
+    assert f"site-1: state file {state} cannot be used" in caplog.text and str(state.parent / kept) in caplog.text
 
 
 def test_two_jobs_on_one_site_never_share_state(tmp_path):

@@ -38,3 +38,25 @@ def test_device_auto_falls_back_to_cpu_and_a_missing_gpu_is_named():
     assert runtime.resolve_device("auto") == torch.device("cpu")
     with pytest.raises(ValueError, match="device='cuda'"):
         runtime.resolve_device("cuda")
+
+
+@pytest.mark.parametrize("device", ["tpu", "gpu", 0, None])
+def test_an_unknown_device_is_refused_by_name(device):
+    with pytest.raises(ValueError, match=r"device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>', got"):
+        runtime.resolve_device(device)
+
+
+def test_a_gpu_index_past_the_visible_gpus_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert runtime.resolve_device("cuda:0") == torch.device("cuda:0")
+    with pytest.raises(ValueError, match=r"device='cuda:1' but only 1 GPU\(s\) are visible"):
+        runtime.resolve_device("cuda:1")
+
+
+def test_the_executor_names_a_bad_device():
+    from nvflare_moon.executors import FedAvgExecutor
+    from nvflare_moon.models import Network
+
+    with pytest.raises(ValueError, match="device must be"):
+        FedAvgExecutor(model=Network(), dataset="synthetic", device="tpu")

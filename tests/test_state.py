@@ -42,16 +42,41 @@ def test_corrupt_file_is_reported_and_kept_aside(tmp_path):
     with pytest.raises(StateUnusable, match="cannot be used"):
         s.load()
     assert not os.path.exists(s.path)
-    kept = [f for f in os.listdir(os.path.dirname(s.path)) if ".unusable-" in f]
+    kept = [f for f in os.listdir(os.path.dirname(s.path)) if ".unusable-corrupt-" in f]
     assert len(kept) == 1
     assert s.load() is None  # the next round starts clean
 
 
-@pytest.mark.parametrize("other", [{"site": "site-2"}, {"job": "job-b"}])
-def test_state_of_another_site_or_job_is_refused(tmp_path, other):
+@pytest.mark.parametrize("other,reason", [({"site": "site-2"}, "other-site"), ({"job": "job-b"}, "other-job")])
+def test_state_of_another_site_or_job_is_refused_and_set_aside_saying_why(tmp_path, other, reason):
     store(tmp_path, **other).save(1, {"x": torch.zeros(1)})
-    with pytest.raises(StateUnusable, match="belongs to"):
+    original = open(store(tmp_path).path, "rb").read()
+    with pytest.raises(StateUnusable, match="belongs to") as refused:
         store(tmp_path).load()
+    (kept,) = os.listdir(os.path.dirname(store(tmp_path).path))
+    assert kept.startswith(f"moon_state.pt.unusable-{reason}-")
+    assert open(os.path.join(os.path.dirname(store(tmp_path).path), kept), "rb").read() == original
+    assert str(refused.value).startswith(f"site-1: state file {store(tmp_path).path} cannot be used")
+
+
+def test_state_of_another_method_is_refused(tmp_path):
+    other = SiteStateStore(str(tmp_path / "run" / "nvflare_moon"), "scaffold_state", "site-1", "job-a")
+    other.save(1, {"x": torch.zeros(1)})
+    os.replace(other.path, store(tmp_path).path)  # a file copied under the wrong name
+    with pytest.raises(StateUnusable, match="holds 'scaffold_state' state"):
+        store(tmp_path).load()
+    assert ".unusable-other-method-" in os.listdir(os.path.dirname(other.path))[0]
+
+
+def test_setting_aside_never_overwrites_an_earlier_file(tmp_path):
+    s = store(tmp_path)
+    for content in (b"first", b"second"):  # the same second: the names must still differ
+        os.makedirs(s.directory, exist_ok=True)
+        with open(s.path, "wb") as f:
+            f.write(content)
+        s.set_aside("other-network", "test")
+    kept = sorted(os.listdir(s.directory))
+    assert len(kept) == 2 and {open(os.path.join(s.directory, f), "rb").read() for f in kept} == {b"first", b"second"}
 
 
 def test_signature_names_shapes_and_dtypes():

@@ -3,14 +3,14 @@
 The NVFlare simulator runs every client task in a new process when it has fewer workers than clients, and production
 clients restart, so state that lives only in memory is silently lost. :class:`SiteStateStore` keeps it in one file in
 the job's run directory of the site's workspace: never shared between jobs, written atomically (a crash mid-write
-leaves the previous file intact), and checked on load. A file that cannot be used is reported and set aside, never
-deleted, and the caller carries on as if there were no state.
+leaves the previous file intact), and checked on load. A file that cannot be used is reported (site, path, why) and set
+aside under a name that says why, never deleted or overwritten, and the caller carries on as if there were no state.
 """
 
 import logging
 import os
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 
@@ -38,6 +38,7 @@ class SiteStateStore:
 
     def __init__(self, directory: str, name: str, site: str, job_id: str):
         self.directory = directory
+        self.name = name
         self.path = os.path.join(directory, f"{name}.pt")
         self.site = site
         self.job_id = job_id
@@ -50,6 +51,7 @@ class SiteStateStore:
             "format_version": FORMAT_VERSION,
             "site": self.site,
             "job_id": self.job_id,
+            "name": self.name,
             "round": int(round_number),
             "payload": payload,
         }
@@ -64,25 +66,45 @@ class SiteStateStore:
         """The stored record (``round`` and ``payload``), or None if there is none.
 
         Raises:
-            StateUnusable: the file is corrupt or belongs to another site, job or format. The file has been renamed
-                aside (``*.unusable-<time>``) so that it is kept for inspection and the next save starts clean.
+            StateUnusable: the file is corrupt or belongs to another site, job, state (method) or format. It has been
+                set aside (:meth:`set_aside`), so that it is kept for inspection and the next save starts clean.
         """
         if not os.path.exists(self.path):
             return None
         try:
             record = torch.load(self.path, map_location="cpu", weights_only=True)
-            self._check(record)
         except Exception as e:
-            aside = f"{self.path}.unusable-{time.strftime('%Y%m%d-%H%M%S')}"
-            os.replace(self.path, aside)
-            raise StateUnusable(f"state file {self.path} cannot be used ({e}); kept as {aside}") from e
+            raise self.set_aside("corrupt", f"torch cannot read it: {e}") from e
+        problem = self._problem(record)
+        if problem is not None:
+            raise self.set_aside(*problem)
         return record
 
-    def _check(self, record: Any) -> None:
+    def set_aside(self, reason: str, detail: str) -> StateUnusable:
+        """Rename the file to ``<name>.pt.unusable-<reason>-<time>`` (never over another file) and return the error
+        to raise or report: it names the site, the file, why, and where the file is kept.
+
+        Args:
+            reason: a word or two for the file name: ``corrupt``, ``other-site``, ``other-network``, ...
+            detail: the reason in a sentence.
+        """
+        stem = f"{self.path}.unusable-{reason}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside, copy = stem, 1
+        while os.path.exists(aside):
+            copy += 1
+            aside = f"{stem}-{copy}"
+        os.rename(self.path, aside)
+        return StateUnusable(f"{self.site}: state file {self.path} cannot be used ({detail}); kept as {aside}")
+
+    def _problem(self, record: Any) -> Optional[Tuple[str, str]]:
+        """``(reason, detail)`` when ``record`` cannot be used here, else None."""
         if not isinstance(record, dict) or record.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"not a format-{FORMAT_VERSION} state record")
-        for key, expected in (("site", self.site), ("job_id", self.job_id)):
+            return "other-format", f"not a format-{FORMAT_VERSION} state record"
+        for key, expected, reason in (("site", self.site, "other-site"), ("job_id", self.job_id, "other-job")):
             if record.get(key) != expected:
-                raise ValueError(f"it belongs to {key} {record.get(key)!r}, not {expected!r}")
+                return reason, f"it belongs to {key} {record.get(key)!r}, not {expected!r}"
+        if record.get("name", self.name) != self.name:  # records saved before the name was stored have none
+            return "other-method", f"it holds {record['name']!r} state, not {self.name!r}"
         if not isinstance(record.get("round"), int) or not isinstance(record.get("payload"), dict):
-            raise ValueError("round or payload missing")
+            return "corrupt", "round or payload missing"
+        return None

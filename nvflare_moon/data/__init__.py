@@ -18,8 +18,8 @@ import numpy as np
 from .datasets import (DATASETS, NUM_CLASSES, DatasetNotFoundError, DatasetSplits, ImageArrays,
                        clear_dataset_cache, load_dataset, load_image_folder, make_synthetic, resolve_data_root)
 from .loader import TensorBatchLoader
-from .partition import (PARTITION_METHODS, dirichlet_partition, iid_partition, partition_indices,
-                        proportional_test_split, site_index)
+from .partition import (PARTITION_METHODS, check_site_shards, dirichlet_partition, iid_partition,
+                        partition_indices, proportional_test_split, site_index)
 from .transforms import NORMALIZATION, BatchTransform, test_transform, train_transform
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "ImageArrays", "DatasetSplits", "DatasetNotFoundError", "load_dataset", "load_image_folder",
     "clear_dataset_cache", "make_synthetic", "resolve_data_root",
     "dirichlet_partition", "iid_partition", "partition_indices", "proportional_test_split", "site_index",
+    "check_site_shards",
     "BatchTransform", "train_transform", "test_transform",
     "TensorBatchLoader", "site_partition", "site_test_partition", "site_train_arrays", "site_test_arrays",
 ]

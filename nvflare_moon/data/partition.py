@@ -176,3 +176,30 @@ def proportional_test_split(train_labels_per_site: list, test_labels, seed: int)
         for j, piece in enumerate(np.split(idx_k, cuts)):
             pieces[j].append(piece)
     return [np.sort(np.concatenate(p)).astype(np.int64) for p in pieces]
+
+
+def check_site_shards(site_names, num_sites: int) -> None:
+    """Raise ValueError, naming the sites and the fix, unless the sites take distinct shards that cover all
+    ``num_sites`` shards of the partition (:func:`site_index` maps each site to its shard)."""
+    n = _check_positive_int(num_sites, "num_sites", "it must equal the simulator's -n (number of clients)")
+    sites = sorted(site_names)
+    fix = (f"run exactly {n} sites named site-1 ... site-{n} (the simulator's -n {n}, or -c with names ending in "
+           f"-1 ... -{n}), or set num_sites to the number of sites")
+    shard_of = {}
+    for site in sites:
+        try:
+            shard_of[site] = site_index(site, n) + 1
+        except ValueError as e:
+            raise ValueError(f"{e}; {fix}") from None
+    by_shard: dict = {}
+    for site, shard in shard_of.items():
+        by_shard.setdefault(shard, []).append(site)
+    shared = {k: v for k, v in sorted(by_shard.items()) if len(v) > 1}
+    if shared:
+        listed = "; ".join(f"{' and '.join(v)} take shard {k}" for k, v in shared.items())
+        raise ValueError(f"sites train the same data: {listed} (a site's shard is the number at the end of its "
+                         f"name); {fix}")
+    missing = sorted(set(range(1, n + 1)) - set(by_shard))
+    if missing:
+        raise ValueError(f"the data is split over num_sites={n} sites but only {len(sites)} take part "
+                         f"({', '.join(sites)}): shard(s) {missing} would never be trained; {fix}")

@@ -29,7 +29,7 @@ from nvflare.apis.event_type import EventType
 from nvflare.apis.executor import Executor
 from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
-from nvflare.apis.shareable import Shareable, make_reply
+from nvflare.apis.shareable import ReservedHeaderKey, Shareable, make_reply
 from nvflare.apis.signal import Signal
 from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic_dxo
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
@@ -46,7 +46,7 @@ from ..data import (
 )  # fmt: skip
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
-from ..validation import check_choice, check_number
+from ..validation import JOB_REFUSED_HEADER, check_choice, check_number
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
 EVAL_BATCH_SIZE = 500
@@ -155,6 +155,7 @@ class FedAvgExecutor(Executor):
         self.submit_model_task_name = submit_model_task_name
         self.resume_from_job_id = resume_from_job_id
         self._net: Optional[nn.Module] = None
+        self._setup_error: Optional[str] = None
         self._train_data = None
         self._num_samples = 0
         self._torch_device = torch.device("cpu")
@@ -168,8 +169,10 @@ class FedAvgExecutor(Executor):
             try:
                 self._setup(fl_ctx)
             except Exception as e:
-                self.log_error(fl_ctx, f"cannot start training: {e}")
-                self.system_panic(f"{fl_ctx.get_identity_name()}: {e}", fl_ctx)
+                # Kept to answer the first task with: a failed reply makes NVFlare's controller end the job (the
+                # simulator exits 2), where a panic on the site leaves the server waiting for its answer.
+                self._setup_error = f"{fl_ctx.get_identity_name()} cannot start training: {e}"
+                self.log_error(fl_ctx, self._setup_error)
 
     def _setup(self, fl_ctx: FLContext) -> None:
         site = fl_ctx.get_identity_name()
@@ -183,13 +186,24 @@ class FedAvgExecutor(Executor):
             self._train_data = self.dataset
         self._num_samples = len(self._train_data)
         if self._num_samples < self.batch_size:
-            raise ValueError(f"site {site} has {self._num_samples} samples, fewer than batch_size={self.batch_size}")
+            raise ValueError(
+                f"site {site} has {self._num_samples} samples, fewer than batch_size={self.batch_size}; "
+                "lower batch_size, or split the data over fewer sites (num_sites)"
+            )
         self._net = self.model.to(self._torch_device)
         self.log_info(
             fl_ctx,
             f"{site}: {self._num_samples} training samples, {self._num_samples // self.batch_size} batches/epoch, "
             f"device {self._torch_device}, {torch.get_num_threads()} threads",
         )
+
+    def _setup_failed_reply(self, task: Shareable, fl_ctx: FLContext) -> Shareable:
+        """The answer of a site that could not set up, or whose server refused the job: an error carrying the
+        reason, which the server logs and NVFlare's controller turns into a failed job."""
+        refused = task.get_header(JOB_REFUSED_HEADER)
+        error = f"the server refused the job: {refused}" if refused else self._setup_error
+        error = error or f"{fl_ctx.get_identity_name()} cannot train: training was not set up"
+        return make_reply(ReturnCode.EXECUTION_EXCEPTION, headers={ReservedHeaderKey.ERROR: error})
 
     def _round_batches(self, site: str, round_number: int):
         """The round's batches. The order is a function of (seed, site, round) alone, so a client process that is
@@ -248,9 +262,8 @@ class FedAvgExecutor(Executor):
         }
         if task_name not in tasks:
             return make_reply(ReturnCode.TASK_UNKNOWN)
-        if self._net is None:
-            self.log_error(fl_ctx, "training was not set up; see the error logged at the start of the run")
-            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        if self._net is None or shareable.get_header(JOB_REFUSED_HEADER):
+            return self._setup_failed_reply(shareable, fl_ctx)
         return tasks[task_name](shareable, fl_ctx, abort_signal)
 
     def _train(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:

@@ -41,7 +41,7 @@ class PreviousUploadsExecutor(FedAvgExecutor):
     def load_previous_uploads(self, round_number: int, fl_ctx: FLContext, without: str) -> List[nn.Module]:
         """Frozen copies of the last ``uploads_to_keep()`` uploads from rounds before ``round_number``, oldest first;
         none, with a warning saying that the round trains ``without`` (the term that needs them), if the file is
-        unusable or does not fit the model."""
+        unusable or does not fit the model (it is then set aside)."""
         self._previous = self._load_previous(round_number, fl_ctx, without)
         models = []
         for _, state in self._previous[-self.uploads_to_keep() :]:
@@ -84,11 +84,11 @@ class PreviousUploadsExecutor(FedAvgExecutor):
             or len(rounds) != len(states)
             or any(tensor_signature(s) != expected for s in states)
         ):
-            self.log_warning(
-                fl_ctx,
-                f"stored previous models (round {record['round']}) do not match this job's network or lack their "
-                f"rounds; training this round without {without}",
+            unusable = self.state_store(self.STATE_NAME, fl_ctx).set_aside(
+                "other-network",
+                f"its previous models (round {record['round']}) do not match this job's network or lack their rounds",
             )
+            self.log_warning(fl_ctx, f"{unusable}; training this round without {without}")
             return []
         earlier = [(r, s) for r, s in zip(rounds, states) if r < round_number]
         if len(earlier) < len(states):

@@ -57,7 +57,7 @@ class ScaffoldExecutor(FedAvgExecutor):
         return {AlgorithmConstants.SCAFFOLD_CTRL_DIFF: self._delta}
 
     def _load_local_control(self, fl_ctx: FLContext) -> Optional[dict]:
-        """The stored c_i, or None (with a warning when a file exists but cannot be used)."""
+        """The stored c_i, or None (with a warning when a file exists but cannot be used; it is then set aside)."""
         try:
             record = self.state_store(self.STATE_NAME, fl_ctx).load()
         except StateUnusable as e:
@@ -67,10 +67,9 @@ class ScaffoldExecutor(FedAvgExecutor):
             return None
         control = record["payload"].get("local_control")
         if not isinstance(control, dict) or tensor_signature(control) != trainable_signature(self._net):
-            self.log_warning(
-                fl_ctx,
-                f"stored SCAFFOLD control (round {record['round']}) does not match this job's network; "
-                "this site's control restarts from 0",
+            unusable = self.state_store(self.STATE_NAME, fl_ctx).set_aside(
+                "other-network", f"its SCAFFOLD control (round {record['round']}) does not match this job's network"
             )
+            self.log_warning(fl_ctx, f"{unusable}; this site's SCAFFOLD control restarts from 0")
             return None
         return control

@@ -1,13 +1,15 @@
-"""Server components: aggregators for NVFlare's FedAvg controller and the once-per-round global evaluation."""
+"""Server components: aggregators for NVFlare's FedAvg controller, the once-per-round global evaluation and the
+checks that make a job fail loudly."""
 
 from .aggregators import WeightedFedAvgAggregator
 from .dual_aggregation import DualAggregator
 from .evaluator import GlobalModelEvaluator
 from .prototypes import PrototypeSharingAggregator
+from .run_checks import RunOutcomeCheck, ShardCoverageCheck
 from .sampling import SampledFedAvg
 from .scaffold import ScaffoldAggregator
 
 __all__ = [
     "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
-    "PrototypeSharingAggregator", "DualAggregator",
+    "PrototypeSharingAggregator", "DualAggregator", "ShardCoverageCheck", "RunOutcomeCheck",
 ]

@@ -2,10 +2,13 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -35,14 +38,46 @@ class SimulatorRun:
         return record["round"], record["payload"]["previous_models"][-1]
 
 
+def end_process_tree(pid: int) -> None:
+    """Kill the process ``pid`` started in a session of its own, and everything it started. The simulator starts every
+    client worker in a new session (``os.setsid``), so its process group alone would miss them: they are found by
+    parentage first; the group then catches what was already orphaned."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=30)
+
+
+def run_command(cmd, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run`` that, on a timeout (or Ctrl-C), ends the command's whole process tree before raising."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, start_new_session=True
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except BaseException:
+        end_process_tree(process.pid)
+        process.communicate(timeout=30)
+        raise
+    return subprocess.CompletedProcess(cmd, process.returncode, output)
+
+
 def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300) -> SimulatorRun:
     cmd = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir),
            "-w", str(workspace), "-n", str(n), "-t", str(t)]  # fmt: skip
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    completed = subprocess.run(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env, cwd=workspace.parent
-    )
-    return SimulatorRun(Path(workspace), completed)
+    return SimulatorRun(Path(workspace), run_command(cmd, workspace.parent, timeout))
 
 
 # training settings of the end-to-end tests' tiny jobs: a second or so of training per site and round
@@ -65,3 +100,14 @@ def simulate(tmp_path):
         return export_and_run(recipe, tmp_path, n, t, tag, timeout)
 
     return _simulate
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_temp_dir(tmp_path_factory):
+    """This process's temporary files (the recipes' BYOC marker folder, ...) go to a folder of this test session that
+    pytest cleans up, not to the system temp directory, where they would outlive the tests."""
+    folder = tmp_path_factory.mktemp("tmp")
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(folder)
+    yield folder
+    tempfile.tempdir = saved

@@ -67,9 +67,12 @@ def run_command(cmd, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
     )
     try:
         output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        end_process_tree(process.pid)
+        e.output, _ = process.communicate(timeout=30)
+        raise
     except BaseException:
         end_process_tree(process.pid)
-        process.communicate(timeout=30)
         raise
     return subprocess.CompletedProcess(cmd, process.returncode, output)
 

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -38,35 +39,57 @@ class SimulatorRun:
         return record["round"], record["payload"]["previous_models"][-1]
 
 
+def end_process_tree(pid: int) -> None:
+    """Kill the process ``pid`` started in a session of its own, and everything it started. The simulator starts every
+    client worker in a new session (``os.setsid``), so its process group alone would miss them: they are found by
+    parentage first; the group then catches what was already orphaned."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(tree, timeout=30)
+
+
+def run_command(cmd, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``subprocess.run`` that, on a timeout (or Ctrl-C), ends the command's whole process tree before raising."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, start_new_session=True
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        end_process_tree(process.pid)
+        e.output, _ = process.communicate(timeout=30)
+        raise
+    except BaseException:
+        end_process_tree(process.pid)
+        raise
+    return subprocess.CompletedProcess(cmd, process.returncode, output)
+
+
 def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300, clients=None) -> SimulatorRun:
     """Run the simulator (``-c clients`` instead of ``-n`` when given); past ``timeout`` the test fails. No process of
-    the run outlives it: its process group is killed, and so are its client workers (they run in sessions of their
-    own); the run's ``leftover_workers`` are those that were still alive after a normal exit."""
+    the run outlives it; the run's ``leftover_workers`` are the client workers still alive after a normal exit."""
     sites = ["-c", ",".join(clients)] if clients else ["-n", str(n)]
     cmd = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir),
            "-w", str(workspace), *sites, "-t", str(t)]  # fmt: skip
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    process = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=workspace.parent,
-        start_new_session=True,
-    )  # fmt: skip
     try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(process.pid)
+        completed = run_command(cmd, workspace.parent, timeout)
+    except subprocess.TimeoutExpired as e:
         kill_workers(workspace)
-        output, _ = process.communicate()
-        pytest.fail(f"the simulator ran past {timeout} s; its output ends:\n{output[-3000:]}")
-    _kill_group(process.pid)
-    completed = subprocess.CompletedProcess(cmd, process.returncode, output)
+        pytest.fail(f"the simulator ran past {timeout} s; its output ends:\n{(e.output or '')[-3000:]}")
     return SimulatorRun(Path(workspace), completed, leftover_workers=kill_workers(workspace))
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def kill_workers(workspace) -> list:
@@ -106,3 +129,14 @@ def simulate(tmp_path):
         return export_and_run(recipe, tmp_path, n, t, tag, timeout)
 
     return _simulate
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_temp_dir(tmp_path_factory):
+    """This process's temporary files (the recipes' BYOC marker folder, ...) go to a folder of this test session that
+    pytest cleans up, not to the system temp directory, where they would outlive the tests."""
+    folder = tmp_path_factory.mktemp("tmp")
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(folder)
+    yield folder
+    tempfile.tempdir = saved

@@ -21,6 +21,13 @@ def test_weighted_average_by_sample_count():
     np.testing.assert_allclose(avg["w"], [0.25 * 1 + 0.75 * 5, 0.75 * 4])
 
 
+@pytest.mark.parametrize("counts", [[100, 0], [0, 0], [100, -5], [100, float("inf")], []])
+def test_weights_need_a_positive_finite_count_for_every_site(counts):
+    # a site with no samples must not be averaged in with weight 0 as if it had answered
+    with pytest.raises(ValueError, match="positive and finite"):
+        normalized_weights(counts)
+
+
 def test_integer_buffers_stay_integer():
     avg = weighted_average([{"n": np.array(10, dtype=np.int64)}, {"n": np.array(13, dtype=np.int64)}], np.array([0.5, 0.5]))
     assert avg["n"].dtype == np.int64 and avg["n"] == 12  # 11.5 rounds to even

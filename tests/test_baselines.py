@@ -1,12 +1,14 @@
 """FedProx and SCAFFOLD against hand computation on tiny models, through NVFlare's PTFedProxLoss / PTScaffoldHelper."""
 
 import logging
+import os
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
+from nvflare.apis.fl_constant import ReturnCode
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AlgorithmConstants
 
@@ -15,9 +17,11 @@ from nvflare_moon.models import Network, ProjectionModel
 from nvflare_moon.core.objectives import CrossEntropyObjective, FedProxObjective
 from nvflare_moon.core.scaffold import ScaffoldRound, apply_control_deltas
 from nvflare_moon.server import ScaffoldAggregator
+from nvflare_moon.core.state import SiteStateStore
 from nvflare_moon.core.training import frozen_copy
 
-from .test_moon_state_recovery import site_context
+from .executor_harness import global_weights, run_task, site_context, started, tiny_dataset
+from .executor_harness import tiny_net as harness_net
 
 C_GLOBAL, C_DIFF = AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL, AlgorithmConstants.SCAFFOLD_CTRL_DIFF
 
@@ -146,6 +150,48 @@ def test_scaffold_control_saved_for_another_network_is_set_aside_byte_for_byte(t
     (kept,) = state.parent.iterdir()
     assert kept.name.startswith("scaffold_state.pt.unusable-other-network-") and kept.read_bytes() == original
     assert f"site-1: state file {state} cannot be used" in caplog.text and "restarts from 0" in caplog.text
+
+
+def scaffold_site(run_dir):
+    executor = ScaffoldExecutor(
+        model=harness_net(), dataset=tiny_dataset([0, 1, 2] * 4), local_epochs=1, batch_size=4, lr=0.1, device="cpu"
+    )  # fmt: skip
+    ctx = site_context(run_dir)
+    return started(executor, ctx), ctx
+
+
+def scaffold_state(run_dir):
+    return SiteStateStore(str(run_dir / "job-1" / "nvflare_moon"), "scaffold_state", "site-1", "job-1")
+
+
+def write_corrupt(run_dir):
+    path = scaffold_state(run_dir).path
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(b"truncated")
+
+
+@pytest.mark.parametrize(
+    "spoil, warning",
+    [
+        (write_corrupt, "cannot be used"),
+        (lambda run_dir: scaffold_state(run_dir).save(0, {"local_control": {"w": torch.zeros(5)}}),
+         "does not match this job's network"),
+    ],
+)  # fmt: skip
+def test_scaffold_site_with_an_unusable_stored_control_warns_and_restarts_it_at_zero(tmp_path, caplog, spoil, warning):
+    sent = {C_GLOBAL: {k: v for k, v in global_weights(seed=4).items() if "num_batches" not in k}}
+    fresh, fresh_ctx = scaffold_site(tmp_path / "fresh")
+    _, from_zero = run_task(fresh, fresh_ctx, global_weights(), round_number=1, meta=sent)
+    spoil(tmp_path / "spoiled")
+    spoiled, ctx = scaffold_site(tmp_path / "spoiled")
+    with caplog.at_level(logging.WARNING):
+        code, reply = run_task(spoiled, ctx, global_weights(), round_number=1, meta=sent)
+    assert code == ReturnCode.OK
+    assert warning in caplog.text and "control restarts from 0" in caplog.text
+    for name, delta in from_zero.meta[C_DIFF].items():  # the same round as a site that never stored a control
+        np.testing.assert_array_equal(reply.meta[C_DIFF][name], delta)
+    assert scaffold_state(tmp_path / "spoiled").load()["round"] == 1  # and its new control replaces the bad one
 
 
 # ---- SCAFFOLD, server ------------------------------------------------------------------------------------------------

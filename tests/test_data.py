@@ -83,6 +83,16 @@ def test_dirichlet_min_size_and_skew():
     assert frac(D.dirichlet_partition(y, 3, 0.05, 0, min_size=1)) > 0.3
 
 
+def test_dirichlet_stops_giving_to_a_party_that_holds_its_share(monkeypatch):
+    # 8 samples, 2 parties: a share is 8 / 2 = 4. Class 0 (4 samples) all goes to party 0, which then holds its
+    # share, so class 1 goes wholly to party 1 whatever its own draw says (the reference's ``len(idx_j) < N / n``).
+    draws = iter([np.array([1.0, 0.0]), np.array([0.5, 0.5])])
+    monkeypatch.setattr(np.random, "dirichlet", lambda alpha: next(draws))
+    labels = np.array([0, 1] * 4)
+    parts = D.dirichlet_partition(labels, 2, 0.5, 0, min_size=1)
+    assert [sorted(labels[p].tolist()) for p in parts] == [[0, 0, 0, 0], [1, 1, 1, 1]]
+
+
 @pytest.mark.parametrize("kwargs, word", [
     (dict(num_parties=0), "num_parties"), (dict(beta=0.0), "beta"), (dict(beta=float("nan")), "beta"),
     (dict(min_size=201), "min_size"), (dict(min_size=-1), "min_size"),

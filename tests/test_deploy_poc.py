@@ -14,6 +14,7 @@ beside others on the same sites:
 The last test then SIGKILLs the server during a fourth job; the POC's restart loop brings the server back.
 """
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -34,8 +35,17 @@ from .federation import (
     connect, export_tiny_moon, free_port, kill, nvflare_env, pids_of, run_script, saved_state, wait_until,
 )  # fmt: skip
 
-sys.path.insert(0, str(REPO / "poc"))
-from poc_workspace import PocWorkspace  # noqa: E402
+
+def _poc_workspace_class():
+    """``poc/poc_workspace.py``'s PocWorkspace, loaded from its file: the poc/ scripts are not a package, and putting
+    poc/ on ``sys.path`` would change every later import of the test session."""
+    spec = importlib.util.spec_from_file_location("poc_workspace", REPO / "poc" / "poc_workspace.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PocWorkspace
+
+
+PocWorkspace = _poc_workspace_class()
 
 pytestmark = pytest.mark.deploy
 SITES = ["site-1", "site-2"]

@@ -9,11 +9,12 @@ import pytest
 import torch
 import torch.nn as nn
 
+from nvflare.apis.fl_constant import ReturnCode
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from nvflare_moon.executors import FedSSCExecutor
 from nvflare_moon.core.losses import prototype_contrastive_loss
-from nvflare_moon.models import Network, ProjectionModel
+from nvflare_moon.models import Network
 from nvflare_moon.core.objectives import FedSSCObjective, MoonObjective
 from nvflare_moon.core.prototypes import (
     CLASS_COUNTS, CLASS_MEANS, PROTOTYPE_AVAILABLE, PROTOTYPES, ClassMeanAccumulator, prepare_upload,
@@ -24,6 +25,9 @@ from nvflare_moon.server import PrototypeSharingAggregator
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
+from .executor_harness import (
+    NUM_CLASSES, PROJECTION_DIM, global_weights, run_task, site_context, started, tiny_dataset, tiny_net,
+)  # fmt: skip
 
 SITES = ["site-1", "site-2", "site-3"]
 ROUNDS = 3
@@ -83,11 +87,6 @@ def test_prototype_loss_is_exactly_zero_when_no_sample_has_a_prototype():
 
 
 # ---- the objective and the class means -------------------------------------------------------------------------
-
-
-def tiny_net(seed=0):
-    torch.manual_seed(seed)
-    return ProjectionModel(nn.Sequential(nn.Flatten(), nn.Linear(12, 6)), feat_dim=6, num_classes=3, out_dim=4)
 
 
 def batches(n=4, seed=1):
@@ -195,6 +194,48 @@ def test_executor_needs_a_projection_model():
 
     with pytest.raises(ValueError, match="ProjectionModel"):
         FedSSCExecutor(model=Other())
+
+
+# ---- the executor ------------------------------------------------------------------------------------------------
+
+EXECUTOR_LABELS = [0] * 6 + [1] * 4 + [2] * 2  # 12 samples, 3 whole batches of 4: every sample in every epoch
+
+
+def fedssc_site(tmp_path, local_epochs=2):
+    executor = FedSSCExecutor(
+        model=tiny_net(), dataset=tiny_dataset(EXECUTOR_LABELS), local_epochs=local_epochs, batch_size=4, lr=0.05,
+        min_class_count=1, device="cpu",
+    )  # fmt: skip
+    ctx = site_context(tmp_path)
+    return started(executor, ctx), ctx
+
+
+def test_class_means_are_collected_over_the_last_local_epoch_only(tmp_path):
+    executor, ctx = fedssc_site(tmp_path, local_epochs=3)
+    code, reply = run_task(executor, ctx, global_weights())
+    assert code == ReturnCode.OK
+    assert reply.meta[CLASS_COUNTS].tolist() == [6, 4, 2]  # one epoch's samples per class, not two or three
+    assert reply.meta[CLASS_MEANS].shape == (NUM_CLASSES, PROJECTION_DIM)
+    executor.make_objective(1, ctx)
+    executor.before_epoch(0)
+    executor.before_epoch(1)
+    assert executor._objective.class_means is None
+    executor.before_epoch(2)
+    assert executor._objective.class_means is not None
+
+
+def test_prototypes_that_do_not_fit_give_a_warning_and_a_round_without_the_term(tmp_path, caplog):
+    executor, ctx = fedssc_site(tmp_path)
+    fitting = {PROTOTYPES: np.ones((NUM_CLASSES, PROJECTION_DIM), np.float32), PROTOTYPE_AVAILABLE: np.ones(3, bool)}
+    _, with_prototypes = run_task(executor, ctx, global_weights(), round_number=0, meta=fitting)
+    assert "train_prototype_contrastive" in with_prototypes.metrics
+    malformed = {**fitting, PROTOTYPES: np.ones((NUM_CLASSES, PROJECTION_DIM + 1), np.float32)}
+    with caplog.at_level(logging.WARNING):
+        code, reply = run_task(executor, ctx, global_weights(), round_number=1, meta=malformed)
+    assert code == ReturnCode.OK and "train_prototype_contrastive" not in reply.metrics
+    assert "site-1: round 1: received prototypes of float32 (3, 5), expected float (3, 4)" in caplog.text
+    assert "training this round without the prototype term" in caplog.text
+    assert reply.meta[CLASS_COUNTS].tolist() == [6, 4, 2]  # it still uploads its class means
 
 
 # ---- the server's draw -------------------------------------------------------------------------------------------

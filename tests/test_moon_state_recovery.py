@@ -3,27 +3,15 @@ file kept aside (a site's state is never deleted)."""
 
 import logging
 import os
-from types import SimpleNamespace
 
 import pytest
 import torch
-
-from nvflare.apis.fl_constant import ReservedKey
-from nvflare.apis.fl_context import FLContext
 
 from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.models import Network
 from nvflare_moon.core.state import SiteStateStore
 
-
-def site_context(run_dir, site="site-1", job="job-1"):
-    ctx = FLContext()
-    workspace = SimpleNamespace(get_run_dir=lambda job_id: str(run_dir / job_id))
-    engine = SimpleNamespace(get_workspace=lambda: workspace, fire_event=lambda event, ctx: None)
-    for key, value in ((ReservedKey.ENGINE, engine),
-                       (ReservedKey.RUN_NUM, job), (ReservedKey.IDENTITY_NAME, site)):  # fmt: skip
-        ctx.set_prop(key, value, private=True, sticky=False)
-    return ctx
+from .executor_harness import site_context
 
 
 def moon_executor():

@@ -19,7 +19,7 @@ from nvflare_moon.executors import FedSSCExecutor, MoonExecutor
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
 
-from .test_moon_state_recovery import site_context
+from .executor_harness import site_context
 
 
 # ---- the cold start ---------------------------------------------------------------------------------------------

@@ -66,3 +66,17 @@ def test_exported_job_names_the_penalty(tmp_path):
     config = (tmp_path / "moon_l2" / "app" / "config" / "config_fed_client.json").read_text()
     assert '"representation_loss": "l2_squared"' in config
 
+
+
+@pytest.mark.parametrize("representation_loss, power", [("l2", 1), ("l2_squared", 2)])
+def test_the_executor_trains_on_the_penalty_it_was_given(representation_loss, power):
+    executor = MoonExecutor(model=Network(seed=0), dataset="synthetic", representation_loss=representation_loss)
+    executor._net = executor.model  # as after the set-up, holding the received global weights
+    objective = executor.make_objective(0, fl_ctx=None)
+    with torch.no_grad():
+        executor._net.l2.bias.add_(0.5)  # a local step away from the global model
+    x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+    out = executor._net(x)
+    _, terms = objective(out, x, y)
+    distance = (out.projection - Network(seed=0)(x).projection).norm(dim=1)  # to the received weights
+    assert terms["representation_l2"].item() == pytest.approx((distance**power).mean().item(), rel=1e-5)

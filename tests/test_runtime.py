@@ -29,15 +29,25 @@ def test_threads_share_the_cores_among_simulator_workers(monkeypatch):
 
 def test_outside_the_simulator_torch_keeps_its_default(monkeypatch):
     monkeypatch.setattr(runtime, "simulator_worker_count", lambda: None)
-    assert runtime.resolve_num_threads(None) == torch.get_num_threads()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)
+    assert runtime.resolve_num_threads(None) == 7
 
 
-def test_device_auto_falls_back_to_cpu_and_a_missing_gpu_is_named():
-    if torch.cuda.is_available():
-        pytest.skip("a GPU is visible")
+def test_device_auto_falls_back_to_cpu_and_a_missing_gpu_is_named(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert runtime.resolve_device("auto") == torch.device("cpu")
+    assert runtime.resolve_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="device='cuda'"):
         runtime.resolve_device("cuda")
+    with pytest.raises(ValueError, match="device='cuda:1'"):
+        runtime.resolve_device("cuda:1")
+
+
+def test_device_auto_takes_the_gpu_when_one_is_visible(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert runtime.resolve_device("auto") == torch.device("cuda")
+    assert runtime.resolve_device("cuda:1") == torch.device("cuda", 1)
 
 
 @pytest.mark.parametrize("device", ["tpu", "gpu", 0, None])

@@ -24,11 +24,23 @@ def test_every_site_trains_on_its_own_shard_and_the_summary_is_mean_and_std(repo
     assert list(sites) == ["site-1", "site-2", "site-3"]
     for site, figures in sites.items():
         assert figures["num_samples"] == len(site_train_arrays(splits, site, 3, seed=1))
-        assert 0.0 <= figures["test_accuracy"] <= 1.0 and np.isfinite(figures["train_loss"])
+        assert np.isfinite(figures["train_loss"])
     accuracies = [s["test_accuracy"] for s in sites.values()]
     assert result["mean_test_accuracy"] == pytest.approx(np.mean(accuracies))
     assert result["std_test_accuracy"] == pytest.approx(np.std(accuracies))
     assert json.loads(output.read_text()) == result
+
+
+def test_every_site_learns_the_synthetic_classes_alone():
+    """The synthetic set's classes are noisy copies of 10 fixed smooth images, learnt to ~100 % by the simple-CNN
+    after ~150 SGD steps at lr 0.02 (its first ~75 steps stay at chance). Two sites with every class, 216 steps each:
+    each should be near 100 %; 50 % is five times chance."""
+    result = run_solo(
+        dataset="synthetic", num_sites=2, partition="iid", epochs=24, batch_size=32, lr=0.02, device="cpu",
+        log=lambda msg: None,
+    )  # fmt: skip
+    accuracies = {site: figures["test_accuracy"] for site, figures in result["sites"].items()}
+    assert min(accuracies.values()) >= 0.5, accuracies
 
 
 def test_a_site_alone_gives_the_same_result_and_finished_sites_are_not_retrained(report, tmp_path):

@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from nvflare_moon.core.state import SiteStateStore, StateUnusable, tensor_signature
+from nvflare_moon.core.state import FORMAT_VERSION, SiteStateStore, StateUnusable, tensor_signature
 
 
 def store(tmp_path, site="site-1", job="job-a"):
@@ -82,3 +82,33 @@ def test_setting_aside_never_overwrites_an_earlier_file(tmp_path):
 def test_signature_names_shapes_and_dtypes():
     sig = tensor_signature({"a": torch.zeros(2, 3), "n": torch.tensor(1)})
     assert sig == {"a": ((2, 3), "torch.float32"), "n": ((), "torch.int64")}
+
+
+def record(**changes):
+    """A valid record of site-1 in job-a with ``changes``; a change to None removes the field."""
+    fields = {"format_version": FORMAT_VERSION, "site": "site-1", "job_id": "job-a", "round": 1, "payload": {}}
+    fields.update(changes)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    "saved, reason",
+    [
+        (record(format_version=FORMAT_VERSION + 1), f"not a format-{FORMAT_VERSION}"),
+        (record(format_version=None), f"not a format-{FORMAT_VERSION}"),
+        ([record()], f"not a format-{FORMAT_VERSION}"),
+        (record(round=None), "round or payload missing"),
+        (record(round="1"), "round or payload missing"),
+        (record(payload=None), "round or payload missing"),
+        (record(payload=[1]), "round or payload missing"),
+        (record(site=None), "belongs to site None"),
+    ],
+)
+def test_a_record_of_another_format_or_with_a_missing_field_is_refused_and_kept_aside(tmp_path, saved, reason):
+    s = store(tmp_path)
+    os.makedirs(os.path.dirname(s.path))
+    torch.save(saved, s.path)
+    with pytest.raises(StateUnusable, match=reason):
+        s.load()
+    assert [".unusable-" in f for f in os.listdir(os.path.dirname(s.path))] == [True]
+    assert s.load() is None

@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from nvflare_moon.models import ProjectionModel
 from nvflare_moon.core.objectives import CrossEntropyObjective, MoonObjective
@@ -45,6 +46,21 @@ def test_moon_objective_with_previous_equal_to_global_adds_mu_ln2():
     loss, terms = MoonObjective(glob, [frozen_copy(net)], mu=5.0, temperature=0.5)(out, x, y)
     assert terms["contrastive"].item() == pytest.approx(math.log(2), rel=1e-5)
     assert loss.item() == pytest.approx(terms["ce"].item() + 5.0 * math.log(2), rel=1e-5)
+
+
+def test_moon_objective_pairs_z_with_the_global_models_projection_and_pushes_it_from_the_previous_ones():
+    local, glob, previous = tiny_net(seed=0), frozen_copy(tiny_net(seed=1)), frozen_copy(tiny_net(seed=2))
+    x, y = batches(1)[0]
+    out = local(x)
+    loss, terms = MoonObjective(glob, [previous], mu=2.0, temperature=0.5)(out, x, y)
+    # eq. 3 written out, with three different networks: positive pair (z, z_glob), negative pair (z, z_prev)
+    with torch.no_grad():
+        positive = F.cosine_similarity(out.projection, glob(x).projection, dim=1) / 0.5
+        negative = F.cosine_similarity(out.projection, previous(x).projection, dim=1) / 0.5
+        expected = (torch.logaddexp(positive, negative) - positive).mean()
+        ce = F.cross_entropy(out.logits, y)
+    assert terms["contrastive"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert loss.item() == pytest.approx(ce.item() + 2.0 * expected.item(), rel=1e-5)
 
 
 def test_training_changes_only_the_local_model():

@@ -6,8 +6,9 @@ from .evaluator import GlobalModelEvaluator
 from .prototypes import PrototypeSharingAggregator
 from .sampling import SampledFedAvg
 from .scaffold import ScaffoldAggregator
+from .settings import SettingsFedAvg
 
 __all__ = [
     "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
-    "PrototypeSharingAggregator", "DualAggregator",
+    "PrototypeSharingAggregator", "DualAggregator", "SettingsFedAvg",
 ]

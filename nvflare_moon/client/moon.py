@@ -195,7 +195,7 @@ class PTFedSSCHelper(PTMoonHelper):
             meta, FEDSSC_PROTOTYPE_CLIP_NORM, self.RECIPE, low=0, low_inclusive=False, optional=True
         )
         self.prototype_noise_std = read_setting(meta, FEDSSC_PROTOTYPE_NOISE_STD, self.RECIPE, low=0)
-        where = f"round {input_model.current_round or 0}"
+        where = f"{self._uploads.site}: round {input_model.current_round or 0}"
         shared = None
         try:
             dim = np.shape(meta[PROTOTYPES])[-1] if PROTOTYPES in meta else 0

@@ -143,11 +143,12 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         )  # fmt: skip
 
     def client_settings(self) -> Dict[str, Any]:
+        clip = self.prototype_clip_norm
         return {
             **super().client_settings(),
             meta.FEDSSC_MU_GLOB: float(self.mu_glob),
             meta.FEDSSC_MIN_CLASS_COUNT: int(self.min_class_count),
-            meta.FEDSSC_PROTOTYPE_CLIP_NORM: None if self.prototype_clip_norm is None else float(self.prototype_clip_norm),
+            meta.FEDSSC_PROTOTYPE_CLIP_NORM: None if clip is None else float(clip),
             meta.FEDSSC_PROTOTYPE_NOISE_STD: float(self.prototype_noise_std),
         }
 

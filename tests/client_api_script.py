@@ -64,7 +64,8 @@ def main():
         helper.start_round(input_model)
         previous = [state_hash(m.state_dict()) for m in helper.previous_models]
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        order = torch.randperm(64, generator=torch.Generator().manual_seed(zlib.crc32(f"{site}/{round_number}".encode())))
+        shuffle = torch.Generator().manual_seed(zlib.crc32(f"{site}/{round_number}".encode()))
+        order = torch.randperm(64, generator=shuffle)
         losses = []
         for epoch in range(2):
             for batch in order.split(16):

@@ -21,11 +21,11 @@ from typing import Any, Dict, Optional
 import torch
 import torch.nn as nn
 
-from ..core.objectives import HISTORY_CHOICES, FedSiamDAObjective, Predictor, Representation, predictor_of
-from ..core.objectives import projection_of
+from ..core.objectives import (
+    HISTORY_CHOICES, FedSiamDAObjective, Predictor, Representation, predictor_of, projection_of,
+)  # fmt: skip
 from .common import TermMeans, check_received_weights, site_identity
-from .meta import FEDSIAM_DA_HISTORY, FEDSIAM_DA_MU, NUM_SAMPLES
-from .meta import read_setting
+from .meta import FEDSIAM_DA_HISTORY, FEDSIAM_DA_MU, NUM_SAMPLES, read_setting
 from .uploads import ScriptUploads
 
 logger = logging.getLogger(__name__)

@@ -138,7 +138,8 @@ class PTMoonHelper:
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
             raise ValueError(f"num_samples must be the positive number of training samples, got {num_samples!r}")
         if not self._saved:
-            logger.warning(f"upload_meta() before {type(self).__name__}.save_local_model(): this round's model is not kept")
+            name = type(self).__name__
+            logger.warning(f"upload_meta() before {name}.save_local_model(): this round's model is not kept")
         return {NUM_SAMPLES: num_samples}
 
     def _script_uploads(self) -> ScriptUploads:

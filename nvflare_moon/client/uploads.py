@@ -25,7 +25,8 @@ class ScriptUploads:
         name: the state file's stem, e.g. ``"moon_state"``.
         job_id, site: whose state it is (checked on load).
         state_dir: see :func:`~nvflare_moon.client.state.state_folder`.
-        save_call: how the script saves, named in the warning when it forgot to, e.g. ``"PTMoonHelper.save_local_model()"``.
+        save_call: how the script saves, named in the warning when it forgot to, e.g.
+            ``"PTMoonHelper.save_local_model()"``.
     """
 
     def __init__(self, name: str, job_id: str, site: str, state_dir: Optional[str], save_call: str):

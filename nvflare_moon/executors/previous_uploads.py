@@ -40,7 +40,9 @@ class PreviousUploadsExecutor(FedAvgExecutor):
             self.log_warning(fl_ctx, f"{e}; training this round without {without}")
             return []
         if ignored:
-            self.log_info(fl_ctx, f"round {round_number}: ignoring the stored uploads of rounds {ignored}, not before it")
+            self.log_info(
+                fl_ctx, f"round {round_number}: ignoring the stored uploads of rounds {ignored}, not before it"
+            )
         return self._previous.models(self._net)
 
     def after_training(self, round_number: int, fl_ctx: FLContext) -> None:

@@ -63,7 +63,9 @@ def main():
             train_script=os.path.join(HERE, "client_fedsiam_da.py"), mu=1.0, **common,
         )  # fmt: skip
     else:
-        recipe = FedAvgRecipe(name="fedavg_client_api", model=Net(), train_script=os.path.join(HERE, "client.py"), **common)
+        recipe = FedAvgRecipe(
+            name="fedavg_client_api", model=Net(), train_script=os.path.join(HERE, "client.py"), **common
+        )
 
     env = SimEnv(num_clients=args.sites, num_threads=args.threads or args.sites, workspace_root=args.workspace)
     run = recipe.execute(env)  # raises when the simulation fails, so a failed job exits non-zero

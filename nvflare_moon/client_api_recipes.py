@@ -21,7 +21,9 @@ from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
 
 from .client import meta
 from .core.objectives import HISTORY_CHOICES
-from .server import DualAggregator, PrototypeSharingAggregator, SettingsFedAvg, WeightedFedAvgAggregator
+from .server import (
+    DualAggregator, PrototypeSharingAggregator, ScaffoldAggregator, SettingsFedAvg, WeightedFedAvgAggregator,
+)  # fmt: skip
 from .validation import check_choice, check_number
 
 
@@ -181,3 +183,23 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
 
     def client_settings(self) -> Dict[str, Any]:
         return {meta.FEDSIAM_DA_MU: float(self.mu), meta.FEDSIAM_DA_HISTORY: self.history}
+
+
+class ScaffoldScriptRecipe(_ScriptRecipe):
+    """SCAFFOLD for a Client API script that uses :class:`~nvflare_moon.client.PTPersistentScaffoldHelper` (c_i
+    persisted between rounds): weighted FedAvg of the weights and ``c ← c + Σ Δc_i / N`` on the server
+    (:class:`~nvflare_moon.server.ScaffoldAggregator`), N = ``min_clients``.
+
+    Args:
+        **kwargs: as for :class:`MoonScriptRecipe`.
+    """
+
+    def __init__(self, *, name: str = "scaffold_script", **kwargs):
+        self.num_sites = kwargs.get("min_clients")  # the aggregator is built before FedAvgRecipe stores min_clients
+        super().__init__(name=name, **kwargs)
+
+    def make_aggregator(self) -> ModelAggregator:
+        return ScaffoldAggregator(num_sites=self.num_sites)
+
+    def client_settings(self) -> Dict[str, Any]:
+        return {}

@@ -12,10 +12,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nvflare_moon.client import PTFedSiamDAHelper, PTFedSSCHelper, PTMoonHelper, StateFolderNotFound, state_folder
+from nvflare.app_common.app_constant import AlgorithmConstants
+
+from nvflare_moon.client import (
+    PTFedSiamDAHelper, PTFedSSCHelper, PTMoonHelper, PTPersistentScaffoldHelper, StateFolderNotFound, state_folder,
+)  # fmt: skip
 from nvflare_moon.client import meta as keys
 from nvflare_moon.client.state import find_run_folder
-from nvflare_moon.client_api_recipes import FedSSCScriptRecipe, MoonScriptRecipe
+from nvflare_moon.client_api_recipes import FedSSCScriptRecipe, MoonScriptRecipe, ScaffoldScriptRecipe
 from nvflare_moon.core.aggregation import normalized_weights, weighted_average
 from nvflare_moon.core.objectives import MoonObjective
 from nvflare_moon.core.previous_uploads import PreviousUploads
@@ -266,7 +270,35 @@ def test_recipes_send_the_settings_and_keep_fedavg_recipe_arguments(tmp_path):
     assert '"execution_mode": "external_process"' in client.read_text()
     with pytest.raises(ValueError, match="brings its own aggregator"):
         MoonScriptRecipe(model=Network(), min_clients=2, train_script=str(script), aggregator=object())
+    scaffold = ScaffoldScriptRecipe(model=Network(), min_clients=3, train_script=str(script))
+    assert scaffold.aggregator.num_sites == 3
     with pytest.raises(ValueError, match="mu_glob"):
         FedSSCScriptRecipe(
             model=Network(), min_clients=2, train_script=str(script), num_classes=10, prototype_dim=256, mu_glob=-1
         )
+
+
+def test_scaffold_control_survives_a_restart(tmp_path):
+    """NVFlare's PTScaffoldHelper would restart c_i from 0 in a new process; the persistent helper reloads it."""
+    model = Network(seed=0)
+    first = PTPersistentScaffoldHelper(model, state_dir=tmp_path, job_id="job", site="site-1")
+    first.start_round(received(model, 0, {}), lr=0.05)
+    optimizer = sgd(model, 0.05, 0.0, 0.0)
+    for x, y in batches(1, 0):
+        loss = F.cross_entropy(model(x).logits, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        first.step()
+    sent = first.finish()
+    delta = sent[AlgorithmConstants.SCAFFOLD_CTRL_DIFF]
+    control = {k: v.clone() for k, v in first.round.local_control.items()}
+    assert any(np.abs(d).max() > 0 for d in delta.values())
+
+    restarted = PTPersistentScaffoldHelper(model, state_dir=tmp_path, job_id="job", site="site-1")  # a new process
+    global_control = {k: np.zeros_like(v) for k, v in delta.items()}
+    restarted.start_round(received(model, 1, {AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL: global_control}), lr=0.05)
+    for name, value in restarted.round.local_control.items():
+        assert torch.equal(value, control[name])
+    with pytest.raises(ValueError, match="no SCAFFOLD global control"):
+        restarted.start_round(received(model, 2, {}), lr=0.05)

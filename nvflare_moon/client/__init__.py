@@ -4,6 +4,10 @@ with the recipes in :mod:`nvflare_moon.client_api_recipes`. See ``docs/client_ap
 
 from .fedsiam_da import PTFedSiamDAHelper
 from .moon import PTFedSSCHelper, PTMoonHelper
+from .scaffold import PTPersistentScaffoldHelper
 from .state import StateFolderNotFound, state_folder
 
-__all__ = ["PTMoonHelper", "PTFedSSCHelper", "PTFedSiamDAHelper", "StateFolderNotFound", "state_folder"]
+__all__ = [
+    "PTMoonHelper", "PTFedSSCHelper", "PTFedSiamDAHelper", "PTPersistentScaffoldHelper", "StateFolderNotFound",
+    "state_folder",
+]

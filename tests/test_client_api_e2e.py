@@ -8,6 +8,7 @@ PIDs change per task with ``-t 1`` and not with ``-t 3``; and the final global m
 the meta and the history model survives the restart.
 """
 
+import importlib.util
 import json
 import math
 import os
@@ -21,17 +22,25 @@ import torch
 
 from nvflare_moon.client_api_recipes import MoonScriptRecipe
 
-from .client_api_script import TinyNet
 from .conftest import REPO, export_and_run
 
 SCRIPT = Path(__file__).with_name("client_api_script.py")
+
+
+def script_module():
+    """The script as the top-level module ``client_api_script``, as the sites run it: the exporter then puts it (and
+    the server's copy of its TinyNet) at the top of ``custom/``, where the external process's command expects it."""
+    spec = importlib.util.spec_from_file_location("client_api_script", SCRIPT)
+    module = sys.modules.setdefault("client_api_script", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
 ROUNDS, SITES = 3, 3
 
 
 def run_moon(root: Path, threads: int, external: bool):
     records = root / f"records_t{threads}.jsonl"
     recipe = MoonScriptRecipe(
-        name="moon_script_test", model=TinyNet(), min_clients=SITES, num_rounds=ROUNDS, train_script=str(SCRIPT),
+        name="moon_script_test", model=script_module().TinyNet(), min_clients=SITES, num_rounds=ROUNDS, train_script=str(SCRIPT),
         train_args=f"--records {records}", mu=2.0, temperature=0.5, launch_external_process=external,
         command=f"{sys.executable} -u",
     )  # fmt: skip

@@ -18,6 +18,19 @@ from .losses import model_contrastive_loss, prototype_contrastive_loss, represen
 from .prototypes import ClassMeanAccumulator
 from .training import LossTerms, frozen_copy
 
+Representation = Callable[[nn.Module, torch.Tensor], torch.Tensor]  # (model, x) -> z
+Predictor = Callable[[nn.Module, torch.Tensor], torch.Tensor]  # (model, z) -> p
+
+
+def projection_of(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """z of a :class:`~nvflare_moon.models.ProjectionModel`: its output's ``projection``."""
+    return model(x).projection
+
+
+def predictor_of(model: nn.Module, z: torch.Tensor) -> torch.Tensor:
+    """p = predictor(z) of a model with FedSiam-DA's SimSiam predictor (``predictor_hidden_dim``)."""
+    return model.predictor(z)
+
 
 class CrossEntropyObjective:
     """FedAvg's local objective: CE(logits, y)."""
@@ -36,22 +49,35 @@ class MoonObjective(CrossEntropyObjective):
         mu: μ ≥ 0; 0 (a cold-start round, see :func:`~nvflare_moon.core.schedules.scheduled_mu`) also drops the term,
             which is then neither computed nor reported.
         temperature: τ > 0.
+        representation: z of a model on a batch, ``(model, x) -> [B, D]``; default the ``projection`` of a
+            :class:`~nvflare_moon.models.ProjectionModel`'s output.
     """
 
-    def __init__(self, global_model: nn.Module, previous_models: Sequence[nn.Module], mu: float, temperature: float):
+    def __init__(
+        self, global_model: nn.Module, previous_models: Sequence[nn.Module], mu: float, temperature: float,
+        representation: Representation = projection_of,
+    ):  # fmt: skip
         self.global_model = global_model
         self.previous_models = list(previous_models)
         self.mu = mu
         self.temperature = temperature
+        self.representation = representation
+
+    def contrastive(self, x: torch.Tensor, z: torch.Tensor) -> Optional[torch.Tensor]:
+        """ℓ_con of the batch ``x`` whose local representation is ``z``; None without a previous model or with μ = 0
+        (then the frozen models are not even run)."""
+        if not self.previous_models or self.mu == 0:
+            return None
+        with torch.no_grad():
+            z_glob = self.representation(self.global_model, x)
+            z_prev = [self.representation(m, x) for m in self.previous_models]
+        return model_contrastive_loss(z, z_glob, z_prev, self.temperature)
 
     def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
         ce, terms = super().__call__(out, x, y)
-        if not self.previous_models or self.mu == 0:
+        contrastive = self.contrastive(x, out.projection)
+        if contrastive is None:
             return ce, terms
-        with torch.no_grad():
-            z_glob = self.global_model(x).projection
-            z_prev = [m(x).projection for m in self.previous_models]
-        contrastive = model_contrastive_loss(out.projection, z_glob, z_prev, self.temperature)
         terms["contrastive"] = contrastive
         return ce + self.mu * contrastive, terms
 
@@ -146,13 +172,20 @@ class FedSSCObjective:
         """From now on, accumulate the per-class mean projection of the training forward passes."""
         self.class_means = ClassMeanAccumulator(self.num_classes)
 
+    def prototype_term(self, z: torch.Tensor, y: torch.Tensor) -> Optional[torch.Tensor]:
+        """ℓ_glob of the batch's projections ``z`` with labels ``y``, None without prototypes; records the class means
+        once :meth:`record_class_means` was called."""
+        if self.class_means is not None:
+            self.class_means.add(z, y)
+        if self.prototypes is None:
+            return None
+        return prototype_contrastive_loss(z, y, self.prototypes, self.available, self.temperature)
+
     def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
         loss, terms = self.moon(out, x, y)
-        if self.class_means is not None:
-            self.class_means.add(out.projection, y)
-        if self.prototypes is None:
+        prototype = self.prototype_term(out.projection, y)
+        if prototype is None:
             return loss, terms
-        prototype = prototype_contrastive_loss(out.projection, y, self.prototypes, self.available, self.temperature)
         terms["prototype_contrastive"] = prototype
         return loss + self.mu_glob * prototype, terms
 
@@ -180,6 +213,8 @@ class FedSiamDAObjective(CrossEntropyObjective):
             e.g. ``lambda m: sgd(m, lr, momentum, weight_decay)``.
         history: ``"epoch"`` (default): the local model at the end of the previous local epoch, and in the first epoch
             ``previous_upload``; ``"round"``: ``previous_upload`` throughout, as in MOON.
+        representation: z of a model on a batch, ``(model, x) -> [B, D]`` (default: a ProjectionModel's projection).
+        predictor: p of a model's z, ``(model, z) -> [B, D]`` (default: ``model.predictor(z)``).
     """
 
     def __init__(
@@ -189,10 +224,12 @@ class FedSiamDAObjective(CrossEntropyObjective):
         mu: float,
         make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
         history: str = "epoch",
+        representation: Representation = projection_of,
+        predictor: Predictor = predictor_of,
     ):
         if history not in HISTORY_CHOICES:
             raise ValueError(f"history must be one of {list(HISTORY_CHOICES)}, got {history!r}")
-        if getattr(local_model, "predictor", None) is None:
+        if predictor is predictor_of and getattr(local_model, "predictor", None) is None:
             raise ValueError(
                 "FedSiam-DA needs a model with the SimSiam predictor: build it with predictor_hidden_dim=64"
             )
@@ -202,6 +239,8 @@ class FedSiamDAObjective(CrossEntropyObjective):
         self.history_model = previous_upload
         self.mu = mu
         self.history = history
+        self.representation = representation
+        self.predictor = predictor
 
     def start_epoch(self, epoch: int) -> None:
         """Call before every local epoch (0-based): with ``history="epoch"`` the local model as it is now, at the end
@@ -214,19 +253,24 @@ class FedSiamDAObjective(CrossEntropyObjective):
         self.working_optimizer.step()
         self.working_optimizer.zero_grad(set_to_none=True)
 
+    def regularizer(self, x: torch.Tensor, z_l: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+        """``½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(z_l, sg(z_h))`` (the last term without a history model) of the batch
+        ``x`` whose local projections are ``z_l``, and its named parts."""
+        p_l = self.predictor(self.local_model, z_l)
+        z_g = self.representation(self.working_global, x)
+        p_g = self.predictor(self.working_global, z_g)
+        siamese = 0.5 * simsiam_distance(p_g, z_l) + 0.5 * simsiam_distance(p_l, z_g)
+        terms = {"siamese": siamese}
+        if self.history_model is None:
+            return siamese, terms
+        with torch.no_grad():
+            z_h = self.representation(self.history_model, x)
+        history = -simsiam_distance(z_l, z_h)  # cos(z_l, stopgrad(z_h))
+        terms["history"] = history
+        return siamese + history, terms
+
     def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
         ce, terms = super().__call__(out, x, y)
-        z_l = out.projection
-        p_l = self.local_model.predictor(z_l)
-        z_g = self.working_global(x).projection
-        p_g = self.working_global.predictor(z_g)
-        siamese = 0.5 * simsiam_distance(p_g, z_l) + 0.5 * simsiam_distance(p_l, z_g)
-        terms["siamese"] = siamese
-        regularizer = siamese
-        if self.history_model is not None:
-            with torch.no_grad():
-                z_h = self.history_model(x).projection
-            history = -simsiam_distance(z_l, z_h)  # cos(z_l, stopgrad(z_h))
-            terms["history"] = history
-            regularizer = regularizer + history
+        regularizer, parts = self.regularizer(x, out.projection)
+        terms.update(parts)
         return ce + self.mu * regularizer, terms

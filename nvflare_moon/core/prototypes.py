@@ -43,6 +43,11 @@ class ClassMeanAccumulator:
         self._sums.index_add_(0, labels, z.double())
         self._counts.index_add_(0, labels, torch.ones_like(labels))  # not bincount: on a GPU it waits for the CPU
 
+    @property
+    def empty(self) -> bool:
+        """No batch was recorded yet."""
+        return self._sums is None
+
     def result(self) -> Tuple[np.ndarray, np.ndarray]:
         """``(means [K, D] float32, counts [K] int64)``; a class never seen has a zero mean and count 0."""
         if self._sums is None:

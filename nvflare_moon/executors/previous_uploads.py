@@ -1,14 +1,6 @@
-"""The party's previous uploads, kept between rounds: MOON's negatives and FedSiam-DA's history model.
-
-The local models the party uploaded are kept in a job-scoped state file, each with its round, reloaded at the start
-of every round and replaced at the end, so the method is the same algorithm whether the client process lives for the
-whole job or is restarted for every task (NVFlare's simulator with ``-t < -n``). A party that was not sampled in a
-round keeps its older uploads.
-
-Round r uses the last ``uploads_to_keep()`` uploads from rounds before r. One more is kept, because a round can run
-twice at a site: when a job is continued after a failure (:mod:`nvflare_moon.resume`), a site may have trained and
-saved the round that the server never aggregated, and that upload must not serve as its own previous model.
-"""
+"""The party's previous uploads, kept between rounds in a job-scoped state file: MOON's negatives and FedSiam-DA's
+history model. The FIFO and its round filter live in :class:`~nvflare_moon.core.previous_uploads.PreviousUploads`;
+this module wires it to the executor's state store and logs."""
 
 from typing import Dict, List, Optional, Tuple
 
@@ -17,8 +9,8 @@ import torch.nn as nn
 
 from nvflare.apis.fl_context import FLContext
 
-from ..core.state import StateUnusable, tensor_signature
-from ..core.training import frozen_copy
+from ..core.previous_uploads import PreviousUploads
+from ..core.state import StateUnusable
 from .fedavg import FedAvgExecutor
 
 
@@ -33,7 +25,7 @@ class PreviousUploadsExecutor(FedAvgExecutor):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._previous: List[Tuple[int, dict]] = []  # (round, state dict) of the uploads before this round
+        self._previous = PreviousUploads()
 
     def uploads_to_keep(self) -> int:
         return 1
@@ -42,18 +34,24 @@ class PreviousUploadsExecutor(FedAvgExecutor):
         """Frozen copies of the last ``uploads_to_keep()`` uploads from rounds before ``round_number``, oldest first;
         none, with a warning saying that the round trains ``without`` (the term that needs them), if the file is
         unusable or does not fit the model (it is then set aside)."""
-        self._previous = self._load_previous(round_number, fl_ctx, without)
-        models = []
-        for _, state in self._previous[-self.uploads_to_keep() :]:
-            previous = frozen_copy(self._net)
-            previous.load_state_dict(state)
-            models.append(previous)
-        return models
+        self._previous = PreviousUploads(self.uploads_to_keep())
+        try:
+            record = self.load_state(self.STATE_NAME, fl_ctx)
+            try:
+                ignored = self._previous.restore(record, round_number, self._net)
+            except StateUnusable as e:
+                raise self.state_store(self.STATE_NAME, fl_ctx).set_aside("other-network", str(e)) from e
+        except StateUnusable as e:
+            self.log_warning(fl_ctx, f"{e}; training this round without {without}")
+            return []
+        if ignored:
+            self.log_info(
+                fl_ctx, f"round {round_number}: ignoring the stored uploads of rounds {ignored}, not before it"
+            )
+        return self._previous.models(self._net)
 
     def after_training(self, round_number: int, fl_ctx: FLContext) -> None:
-        uploaded = {name: t.detach().cpu().clone() for name, t in self._net.state_dict().items()}
-        keep = (self._previous + [(round_number, uploaded)])[-(self.uploads_to_keep() + 1) :]
-        payload = {"rounds": [r for r, _ in keep], "previous_models": [state for _, state in keep]}
+        payload = self._previous.payload_after(round_number, self._net)
         self.state_store(self.STATE_NAME, fl_ctx).save(round_number, payload)
 
     def save_local_model(self, round_number: int, fl_ctx: FLContext) -> None:
@@ -67,31 +65,3 @@ class PreviousUploadsExecutor(FedAvgExecutor):
         if not uploads or not rounds:
             return None
         return rounds[-1], uploads[-1]
-
-    def _load_previous(self, round_number: int, fl_ctx: FLContext, without: str) -> List[Tuple[int, dict]]:
-        try:
-            record = self.load_state(self.STATE_NAME, fl_ctx)
-        except StateUnusable as e:
-            self.log_warning(fl_ctx, f"{e}; training this round without {without}")
-            return []
-        if record is None:
-            return []
-        states, rounds = record["payload"].get("previous_models"), record["payload"].get("rounds")
-        expected = tensor_signature(self._net.state_dict())
-        if (
-            not isinstance(states, list)
-            or not isinstance(rounds, list)
-            or len(rounds) != len(states)
-            or any(tensor_signature(s) != expected for s in states)
-        ):
-            unusable = self.state_store(self.STATE_NAME, fl_ctx).set_aside(
-                "other-network",
-                f"its previous models (round {record['round']}) do not match this job's network or lack their rounds",
-            )
-            self.log_warning(fl_ctx, f"{unusable}; training this round without {without}")
-            return []
-        earlier = [(r, s) for r, s in zip(rounds, states) if r < round_number]
-        if len(earlier) < len(states):
-            later = sorted(r for r in rounds if r >= round_number)
-            self.log_info(fl_ctx, f"round {round_number}: ignoring the stored uploads of rounds {later}, not before it")
-        return earlier

@@ -8,8 +8,9 @@ from .prototypes import PrototypeSharingAggregator
 from .run_checks import RunOutcomeCheck, ShardCoverageCheck
 from .sampling import SampledFedAvg
 from .scaffold import ScaffoldAggregator
+from .settings import SettingsFedAvg
 
 __all__ = [
     "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
-    "PrototypeSharingAggregator", "DualAggregator", "ShardCoverageCheck", "RunOutcomeCheck",
+    "PrototypeSharingAggregator", "DualAggregator", "SettingsFedAvg", "ShardCoverageCheck", "RunOutcomeCheck",
 ]

@@ -1,0 +1,175 @@
+"""FedSiam-DA inside a user's own Client API training script.
+
+    helper = PTFedSiamDAHelper(model, representation_fn=..., predictor_fn=...)
+    ...
+        helper.start_round(input_model, optimizer)     # μ and the history mode from the meta; working global copy
+        for epoch in range(epochs):
+            helper.start_epoch(epoch)                  # the epoch history snapshot
+            for x, y in loader:
+                z = ...; loss = criterion(logits, y) + helper.loss(x, z)
+                optimizer.zero_grad(); loss.backward(); optimizer.step()
+                helper.step()                          # the working global copy steps with your optimizer
+        helper.save_local_model()
+
+The math is :class:`~nvflare_moon.core.objectives.FedSiamDAObjective`, the object
+:class:`~nvflare_moon.executors.FedSiamDAExecutor` trains with.
+"""
+
+import logging
+from typing import Any, Dict, Optional
+
+import torch
+import torch.nn as nn
+
+from ..core.objectives import (
+    HISTORY_CHOICES, FedSiamDAObjective, Predictor, Representation, predictor_of, projection_of,
+)  # fmt: skip
+from .common import TermMeans, check_received_weights, site_identity
+from .meta import FEDSIAM_DA_HISTORY, FEDSIAM_DA_MU, NUM_SAMPLES, read_setting
+from .uploads import ScriptUploads
+
+logger = logging.getLogger(__name__)
+
+RECIPE = "FedSiamDAScriptRecipe"
+
+
+def optimizer_like(optimizer: torch.optim.Optimizer, model: nn.Module, copy: nn.Module) -> torch.optim.Optimizer:
+    """A new optimizer of ``optimizer``'s class and parameter-group settings over ``copy``'s parameters, matched to
+    ``model``'s by position (``copy`` is a deep copy of ``model``)."""
+    position = {id(p): i for i, p in enumerate(model.parameters())}
+    copied = list(copy.parameters())
+    groups = []
+    for group in optimizer.param_groups:
+        try:
+            params = [copied[position[id(p)]] for p in group["params"]]
+        except KeyError:
+            raise ValueError("the optimizer steps parameters that are not the model's; pass the model's optimizer")
+        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params})
+    return type(optimizer)(groups)
+
+
+class PTFedSiamDAHelper:
+    """FedSiam-DA's Siamese and history terms for a Client API script: ``loss = your_loss + helper.loss(x, z)``.
+
+    :meth:`start_round` reads μ and the history mode from the meta (sent by
+    :class:`~nvflare_moon.client_api_recipes.FedSiamDAScriptRecipe`), makes the trainable working copy of the received
+    global model with an optimizer like yours, and loads the site's previous upload as the history model;
+    :meth:`start_epoch` takes the epoch history snapshot; :meth:`step` steps the working copy after your optimizer;
+    :meth:`save_local_model` stores the trained model in the job's run folder (see :mod:`nvflare_moon.client.state`).
+
+    Args:
+        model: the network being trained; it needs a SimSiam predictor reachable through ``predictor_fn``.
+        representation_fn: ``(model, x) -> z``; default ``model(x).projection``.
+        predictor_fn: ``(model, z) -> p``; default ``model.predictor(z)`` (``Network(predictor_hidden_dim=64)``).
+        state_dir, job_id, site: as for :class:`~nvflare_moon.client.PTMoonHelper`.
+    """
+
+    STATE_NAME = "fedsiam_da_state"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        representation_fn: Optional[Representation] = None,
+        predictor_fn: Optional[Predictor] = None,
+        state_dir: Optional[str] = None,
+        job_id: Optional[str] = None,
+        site: Optional[str] = None,
+    ):
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        if predictor_fn is None and getattr(model, "predictor", None) is None:
+            raise ValueError(
+                "model has no SimSiam predictor: give it one (nvflare_moon.models.simsiam_predictor) and pass "
+                "predictor_fn=lambda model, z: ... if it is not model.predictor"
+            )
+        self.model = model
+        self.representation_fn = representation_fn
+        self.predictor_fn = predictor_fn
+        self.state_dir = state_dir
+        self.job_id = job_id
+        self.site = site
+        self.mu: Optional[float] = None
+        self.history: Optional[str] = None
+        self.objective: Optional[FedSiamDAObjective] = None
+        self._uploads: Optional[ScriptUploads] = None
+        self._terms = TermMeans()
+        self._saved = False
+
+    def start_round(self, input_model, optimizer: torch.optim.Optimizer) -> None:
+        """Begin a training round on ``input_model`` (an ``FLModel``), whose weights ``model`` holds; ``optimizer``
+        is the one that trains ``model`` this round (the working copy gets one like it)."""
+        meta = input_model.meta or {}
+        self.mu = read_setting(meta, FEDSIAM_DA_MU, RECIPE, low=0)
+        self.history = meta.get(FEDSIAM_DA_HISTORY)
+        if self.history not in HISTORY_CHOICES:
+            raise ValueError(f"meta[{FEDSIAM_DA_HISTORY!r}] must be one of {list(HISTORY_CHOICES)} (run with {RECIPE})")
+        check_received_weights(self.model, input_model.params, type(self).__name__)
+        if self._uploads is None:
+            job_id, site = site_identity(self.job_id, self.site, type(self).__name__)
+            self._uploads = ScriptUploads(
+                self.STATE_NAME, job_id, site, self.state_dir, save_call="PTFedSiamDAHelper.save_local_model()"
+            )
+        without = "the history term" + (" in the first epoch" if self.history == "epoch" else "")
+        previous = self._uploads.start_round(input_model.current_round or 0, self.model, 1, without=without)
+        self.objective = FedSiamDAObjective(
+            self.model,
+            previous[-1] if previous else None,
+            self.mu,
+            make_optimizer=lambda working: optimizer_like(optimizer, self.model, working),
+            history=self.history,
+            representation=self.representation_fn or projection_of,
+            predictor=self.predictor_fn or predictor_of,
+        )
+        self._terms = TermMeans()
+        self._saved = False
+
+    @property
+    def history_model(self) -> Optional[nn.Module]:
+        """The frozen history model the next :meth:`loss` uses (None: the term is dropped)."""
+        return self._started().history_model
+
+    def start_epoch(self, epoch: int) -> None:
+        """Call before every local epoch (0-based)."""
+        self._started().start_epoch(epoch)
+
+    def loss(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """μ·[½·D(p_g, z) + ½·D(p_l, z_g) + cos(z, sg(z_h))] for the batch ``x`` whose projections under ``model``
+        are ``z`` (with its gradient); its backward also reaches the working global copy."""
+        regularizer, terms = self._started().regularizer(x, z)
+        for name, value in terms.items():
+            self._terms.add(name, value)
+        return self.mu * regularizer
+
+    def step(self, scaler: Optional["torch.cuda.amp.GradScaler"] = None) -> None:
+        """Step the working global copy; call right after your ``optimizer.step()`` (with mixed precision, after
+        ``scaler.step(optimizer)`` and before ``scaler.update()``, passing the ``scaler``)."""
+        objective = self._started()
+        if scaler is None:
+            objective.step_working_global()
+        else:
+            scaler.step(objective.working_optimizer)
+            objective.working_optimizer.zero_grad(set_to_none=True)
+
+    def mean_terms(self) -> Dict[str, float]:
+        """The round's mean of ``siamese`` and ``history`` so far, for logs and metrics."""
+        return self._terms.means()
+
+    def save_local_model(self) -> None:
+        """Store ``model`` as this round's upload (next round's history model); call it after training."""
+        self._started()
+        self._uploads.save(self.model)
+        self._saved = True
+        self.objective.working_global = None  # the working copy is discarded with the round
+
+    def upload_meta(self, num_samples: int) -> Dict[str, Any]:
+        """The meta to send with the trained weights: ``num_samples``, the server's FedAvg weight."""
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+            raise ValueError(f"num_samples must be the positive number of training samples, got {num_samples!r}")
+        if not self._saved:
+            logger.warning("upload_meta() before PTFedSiamDAHelper.save_local_model(): this round's model is not kept")
+        return {NUM_SAMPLES: num_samples}
+
+    def _started(self) -> FedSiamDAObjective:
+        if self.objective is None:
+            raise RuntimeError("call PTFedSiamDAHelper.start_round(input_model, optimizer) at the start of every round")
+        return self.objective

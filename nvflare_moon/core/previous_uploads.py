@@ -1,0 +1,84 @@
+"""A party's previous uploads, kept between rounds: MOON's negatives and FedSiam-DA's history model.
+
+The local models the party uploaded are kept, each with its round, in a state record (see :mod:`.state`) that is
+reloaded at the start of every round and replaced at the end, so the method is the same algorithm whether the client
+process lives for the whole job or is restarted for every task (NVFlare's simulator with ``-t < -n``). A party that
+was not sampled in a round keeps its older uploads.
+
+Round r uses the last ``keep`` uploads from rounds before r. One more is stored, because a round can run twice at a
+site: when a job is continued after a failure (:mod:`nvflare_moon.resume`), or when a Client API script is restarted
+after saving, a site may have trained and saved the round that the server never aggregated, and that upload must not
+serve as its own previous model.
+
+:class:`PreviousUploads` is shared by the executors (:class:`~nvflare_moon.executors.MoonExecutor`, ...) and the
+Client API helpers (:class:`~nvflare_moon.client.PTMoonHelper`, ...).
+"""
+
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .state import StateUnusable, tensor_signature
+from .training import frozen_copy
+
+Upload = Tuple[int, Dict[str, torch.Tensor]]  # (round, state dict)
+
+
+class PreviousUploads:
+    """The FIFO of one party's uploads before the current round.
+
+    Args:
+        keep: m ≥ 1, how many of the latest earlier uploads a round uses.
+    """
+
+    def __init__(self, keep: int = 1):
+        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
+            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+        self.keep = keep
+        self.uploads: List[Upload] = []  # oldest first, all from rounds before the current one
+
+    def restore(self, record: Optional[Mapping[str, Any]], round_number: int, network: nn.Module) -> List[int]:
+        """Take the uploads from rounds before ``round_number`` out of a stored record (None: no record, no uploads).
+
+        Returns:
+            the rounds of the stored uploads that were ignored because they are not before ``round_number``.
+
+        Raises:
+            StateUnusable: the record lacks the uploads' rounds or its models do not fit ``network``; no upload is
+                kept, so the round trains without the term that needs them.
+        """
+        self.uploads = []
+        if record is None:
+            return []
+        payload = record.get("payload") or {}
+        states, rounds = payload.get("previous_models"), payload.get("rounds")
+        expected = tensor_signature(network.state_dict())
+        if (
+            not isinstance(states, list)
+            or not isinstance(rounds, list)
+            or len(rounds) != len(states)
+            or any(not isinstance(s, dict) or tensor_signature(s) != expected for s in states)
+        ):
+            raise StateUnusable(
+                f"stored previous models (round {record.get('round')}) do not match this job's network or lack their "
+                "rounds"
+            )
+        self.uploads = [(r, s) for r, s in zip(rounds, states) if r < round_number]
+        return sorted(r for r in rounds if r >= round_number)
+
+    def models(self, like: nn.Module) -> List[nn.Module]:
+        """Frozen copies of ``like`` holding the last ``keep`` uploads, oldest first."""
+        models = []
+        for _, state in self.uploads[-self.keep :]:
+            previous = frozen_copy(like)
+            previous.load_state_dict(state)
+            models.append(previous)
+        return models
+
+    def payload_after(self, round_number: int, uploaded: nn.Module) -> Dict[str, Any]:
+        """The record payload to save once ``uploaded`` has been trained in ``round_number``: the last ``keep + 1``
+        uploads, this one included."""
+        state = {name: t.detach().cpu().clone() for name, t in uploaded.state_dict().items()}
+        kept = (self.uploads + [(round_number, state)])[-(self.keep + 1) :]
+        return {"rounds": [r for r, _ in kept], "previous_models": [s for _, s in kept]}

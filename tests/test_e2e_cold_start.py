@@ -28,9 +28,13 @@ def run(tmp_path_factory):
 
 def test_each_site_logs_mu_zero_in_the_warm_up_rounds_and_the_configured_mu_after(run):
     assert run.returncode == 0, run.output[-3000:]
+    # Read every site folder's log: NVFlare 2.9's simulator can start a worker under another thread's site name (a
+    # race on its shared build context), so a line is attributed by the site it names, not by the folder it is in.
+    lines = set()
     for site in SITES:
-        site_log = (run.workspace / site / "log.txt").read_text()
-        assert MU_LINE.findall(site_log) == [(site, "0", "0"), (site, "1", "0"), (site, "2", f"{MU:g}")]
+        lines |= set(MU_LINE.findall((run.workspace / site / "log.txt").read_text()))
+    expected = {(site, str(r), "0" if r < OFF_ROUNDS else f"{MU:g}") for site in SITES for r in range(ROUNDS)}
+    assert lines == expected
 
 
 def test_the_logged_mu_is_the_one_trained_with(run):

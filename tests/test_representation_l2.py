@@ -11,6 +11,8 @@ from nvflare_moon.core.objectives import RepresentationL2Objective
 from nvflare_moon.recipes import MoonRecipe
 from nvflare_moon.core.training import frozen_copy
 
+from .executor_harness import site_context
+
 
 def test_value_matches_a_hand_computation():
     z = torch.tensor([[3.0, 4.0], [1.0, 1.0]])
@@ -69,10 +71,10 @@ def test_exported_job_names_the_penalty(tmp_path):
 
 
 @pytest.mark.parametrize("representation_loss, power", [("l2", 1), ("l2_squared", 2)])
-def test_the_executor_trains_on_the_penalty_it_was_given(representation_loss, power):
+def test_the_executor_trains_on_the_penalty_it_was_given(representation_loss, power, tmp_path):
     executor = MoonExecutor(model=Network(seed=0), dataset="synthetic", representation_loss=representation_loss)
     executor._net = executor.model  # as after the set-up, holding the received global weights
-    objective = executor.make_objective(0, fl_ctx=None)
+    objective = executor.make_objective(0, fl_ctx=site_context(tmp_path))
     with torch.no_grad():
         executor._net.l2.bias.add_(0.5)  # a local step away from the global model
     x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))

@@ -37,6 +37,8 @@ class _ScriptRecipe(FedAvgRecipe):
             )
         kwargs.pop("aggregator", None)
         super().__init__(aggregator=self.make_aggregator(), **kwargs)
+        # our classes come from the installed package; a copy in the job's custom/ would shadow it, partially
+        self._job.set_app_packages(["nvflare_moon"])
 
     def make_aggregator(self) -> ModelAggregator:
         return WeightedFedAvgAggregator()

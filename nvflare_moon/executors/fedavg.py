@@ -34,6 +34,8 @@ from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
 from ..validation import check_choice, check_number
 
+STATE_FOLDER = "nvflare_moon"  # in a site's run folder of the job: <workspace>/<site>/<job_id>/nvflare_moon/<name>.pt
+
 
 class FedAvgExecutor(Executor):
     """Local training for FedAvg: CE on the site's shard, SGD with a new optimizer every round.
@@ -57,6 +59,9 @@ class FedAvgExecutor(Executor):
         train_task_name: the task this executor answers.
         resume_from_job_id: the id of the failed job that this job continues (see :mod:`nvflare_moon.resume`).
             Where this site has no state of its own yet, it takes the state it saved in that job.
+        resume_state_dir: where that job's state is, as ``<resume_state_dir>/<site>/<name>.pt``; None: in the
+            site's run folder of that job (POC and production). A continued simulator job sets it, because the
+            simulator wipes its workspace at the start.
     """
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
@@ -84,6 +89,7 @@ class FedAvgExecutor(Executor):
         num_threads: Optional[int] = None,
         train_task_name: str = AppConstants.TASK_TRAIN,
         resume_from_job_id: Optional[str] = None,
+        resume_state_dir: Optional[str] = None,
     ):
         super().__init__()
         if isinstance(dataset, str):
@@ -108,6 +114,10 @@ class FedAvgExecutor(Executor):
             check_number("num_threads", num_threads, low=1, integer=True)
         if resume_from_job_id is not None and (not isinstance(resume_from_job_id, str) or not resume_from_job_id):
             raise ValueError(f"resume_from_job_id must be a job id or None, got {resume_from_job_id!r}")
+        if resume_state_dir is not None and (resume_from_job_id is None or not os.path.isabs(resume_state_dir)):
+            raise ValueError(
+                f"resume_state_dir must be an absolute folder, given with resume_from_job_id; got {resume_state_dir!r}"
+            )
         self.dataset = dataset
         self.data_root = data_root
         self.download = download
@@ -125,6 +135,7 @@ class FedAvgExecutor(Executor):
         self.num_threads = num_threads
         self.train_task_name = train_task_name
         self.resume_from_job_id = resume_from_job_id
+        self.resume_state_dir = resume_state_dir
         self._net: Optional[nn.Module] = None
         self._train_data = None
         self._num_samples = 0
@@ -252,12 +263,21 @@ class FedAvgExecutor(Executor):
         """Extra numpy/plain values to send beside the weights."""
         return {}
 
-    def state_store(self, name: str, fl_ctx: FLContext, job_id: Optional[str] = None) -> SiteStateStore:
-        """A job-scoped store in this site's run directory for the job (default: this one), never the working
-        directory, which POC jobs share."""
-        job_id = job_id or fl_ctx.get_job_id()
+    def state_store(self, name: str, fl_ctx: FLContext) -> SiteStateStore:
+        """This job's store in this site's run directory, never the working directory, which POC jobs share."""
+        job_id = fl_ctx.get_job_id()
         run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(job_id)
-        return SiteStateStore(os.path.join(run_dir, "nvflare_moon"), name, fl_ctx.get_identity_name(), job_id)
+        return SiteStateStore(os.path.join(run_dir, STATE_FOLDER), name, fl_ctx.get_identity_name(), job_id)
+
+    def _continued_state_store(self, name: str, fl_ctx: FLContext) -> SiteStateStore:
+        """The store of the job this one continues: in its run folder, or under ``resume_state_dir``."""
+        site = fl_ctx.get_identity_name()
+        if self.resume_state_dir is not None:
+            directory = os.path.join(self.resume_state_dir, site)
+        else:
+            run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(self.resume_from_job_id)
+            directory = os.path.join(run_dir, STATE_FOLDER)
+        return SiteStateStore(directory, name, site, self.resume_from_job_id)
 
     def load_state(self, name: str, fl_ctx: FLContext) -> Optional[Dict[str, Any]]:
         """This site's stored ``name`` record for this job, or None. A continuation job (``resume_from_job_id``) with
@@ -271,7 +291,7 @@ class FedAvgExecutor(Executor):
         record = own.load()
         if record is not None or self.resume_from_job_id is None:
             return record
-        record = self.state_store(name, fl_ctx, self.resume_from_job_id).load()
+        record = self._continued_state_store(name, fl_ctx).load()
         if record is None:
             self.log_warning(fl_ctx, f"this site has no {name} state from job {self.resume_from_job_id}")
             return None

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from nvflare.apis.fl_context import FLContext
 
-from ..core.state import StateUnusable, tensor_signature
+from ..core.state import HISTORY_NEEDED, HISTORY_ROUNDS, StateUnusable, tensor_signature
 from ..core.training import frozen_copy
 from .fedavg import FedAvgExecutor
 
@@ -52,7 +52,11 @@ class PreviousUploadsExecutor(FedAvgExecutor):
     def after_training(self, round_number: int, fl_ctx: FLContext) -> None:
         uploaded = {name: t.detach().cpu().clone() for name, t in self._net.state_dict().items()}
         keep = (self._previous + [(round_number, uploaded)])[-(self.uploads_to_keep() + 1) :]
-        payload = {"rounds": [r for r, _ in keep], "previous_models": [state for _, state in keep]}
+        payload = {
+            HISTORY_ROUNDS: [r for r, _ in keep],
+            "previous_models": [state for _, state in keep],
+            HISTORY_NEEDED: self.uploads_to_keep(),
+        }
         self.state_store(self.STATE_NAME, fl_ctx).save(round_number, payload)
 
     def _load_previous(self, round_number: int, fl_ctx: FLContext, without: str) -> List[Tuple[int, dict]]:
@@ -63,7 +67,7 @@ class PreviousUploadsExecutor(FedAvgExecutor):
             return []
         if record is None:
             return []
-        states, rounds = record["payload"].get("previous_models"), record["payload"].get("rounds")
+        states, rounds = record["payload"].get("previous_models"), record["payload"].get(HISTORY_ROUNDS)
         expected = tensor_signature(self._net.state_dict())
         if (
             not isinstance(states, list)

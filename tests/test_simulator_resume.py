@@ -46,7 +46,7 @@ def checkpoint_round(workspace: Path):
         return None
 
 
-def run_and_kill(job: Path, workspace: Path, n: int, t: int, timeout: float = 180) -> None:
+def run_and_kill(job: Path, workspace: Path, n: int, t: int, timeout: float = 900) -> None:
     """Run the simulator and SIGKILL it with every process it started once the checkpoint holds ``STOP_AFTER``."""
     command = [sys.executable, "-m", SIMULATOR_MODULE, str(job), "-w", str(workspace), "-n", str(n), "-t", str(t)]
     simulator = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=workspace.parent)
@@ -77,14 +77,14 @@ def test_a_killed_run_continued_gives_the_uninterrupted_runs_rounds_and_final_mo
     recipe_class(name=f"{method}_tiny", min_clients=2, num_rounds=ROUNDS, **TINY_TRAINING).export(str(tmp_path / "jobs"))
     job = tmp_path / "jobs" / f"{method}_tiny"
 
-    through = run_simulator(job, tmp_path / "through", n=2, t=threads)
+    through = run_simulator(job, tmp_path / "through", n=2, t=threads, timeout=900)
     assert through.returncode == 0, through.output[-3000:]
 
     interrupted = tmp_path / "interrupted"
     run_and_kill(job, interrupted, n=2, t=threads)
     continued = subprocess.run(
         [sys.executable, "-m", "nvflare_moon.resume", "--workspace", str(interrupted), "-n", "2", "-t", str(threads)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900, cwd=tmp_path,
     )  # fmt: skip
     assert continued.returncode == 0, continued.stdout[-3000:]
     assert f"continuing from round {STOP_AFTER + 1}" in continued.stdout

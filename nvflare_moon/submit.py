@@ -235,7 +235,7 @@ def continue_job(
     job already submitted).
 
     Raises:
-        ValueError: the job cannot be continued (still running, completed, SCAFFOLD, nothing aggregated yet).
+        ValueError: the job cannot be continued (still running, completed, NVFlare's Scaffold controller, nothing aggregated yet).
         JobFailed, JobLost, TimeoutError: see :func:`run_job`.
     """
     from .resume import make_continuation_job  # here, not above: it loads torch, and submitting needs none

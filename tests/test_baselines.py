@@ -140,13 +140,13 @@ def test_scaffold_executor_refuses_a_later_round_without_the_global_control():
 def test_scaffold_control_saved_for_another_network_is_set_aside_byte_for_byte(tmp_path, caplog):
     ctx = site_context(tmp_path)
     other = ScaffoldExecutor(model=tiny_net())
-    other.state_store(other.STATE_NAME, ctx).save(0, {"local_control": {"w": torch.zeros(3)}})
+    other.state_store(other.STATE_NAME, ctx).save(0, {"rounds": [0], "local_controls": [{"w": torch.zeros(3)}]})
     state = tmp_path / "job-1" / "nvflare_moon" / "scaffold_state.pt"
     original = state.read_bytes()
     executor = ScaffoldExecutor(model=tiny_net())
     executor._net = executor.model
     with caplog.at_level(logging.WARNING):
-        assert executor._load_local_control(ctx) is None
+        assert executor._load_history(1, ctx) == []
     (kept,) = state.parent.iterdir()
     assert kept.name.startswith("scaffold_state.pt.unusable-other-network-") and kept.read_bytes() == original
     assert f"site-1: state file {state} cannot be used" in caplog.text and "restarts from 0" in caplog.text
@@ -175,8 +175,8 @@ def write_corrupt(run_dir):
     "spoil, warning",
     [
         (write_corrupt, "cannot be used"),
-        (lambda run_dir: scaffold_state(run_dir).save(0, {"local_control": {"w": torch.zeros(5)}}),
-         "does not match this job's network"),
+        (lambda run_dir: scaffold_state(run_dir).save(0, {"rounds": [0], "local_controls": [{"w": torch.zeros(5)}]}),
+         "do not match this job's network"),
     ],
 )  # fmt: skip
 def test_scaffold_site_with_an_unusable_stored_control_warns_and_restarts_it_at_zero(tmp_path, caplog, spoil, warning):

@@ -111,7 +111,7 @@ def fake_runs(monkeypatch):
     """Replace the simulator run by an instant fake record; returns the run ids started, in order."""
     started = []
 
-    def fake_execute_run(spec, out_dir, data_root, progress, run_timeout=None, keep_work=False):
+    def fake_execute_run(spec, out_dir, data_root, progress, run_timeout=None, keep_work=False, resume_from=None):
         started.append(spec.run_id)
         return fake_record(spec, [0.1 * (r + 1) for r in range(spec.settings.rounds)])
 

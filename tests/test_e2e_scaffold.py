@@ -36,7 +36,7 @@ def runs(tmp_path_factory):
 
 def site_control(run, site):
     record = torch.load(run.site_dir(site) / "nvflare_moon" / "scaffold_state.pt", weights_only=True)
-    return record["round"], {k: v.numpy() for k, v in record["payload"]["local_control"].items()}
+    return record["round"], {k: v.numpy() for k, v in record["payload"]["local_controls"][-1].items()}
 
 
 def server_control(run):

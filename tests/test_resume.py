@@ -49,8 +49,10 @@ def test_the_continuation_starts_after_the_last_aggregated_round_with_its_model_
     assert server["workflows"][0]["args"]["num_rounds"] == ROUNDS - 2  # rounds 2, 3, 4: the job's total stays 5
     (persistor,) = [c for c in server["components"] if c["id"] == "persistor"]
     assert persistor["args"]["source_ckpt_file_full_name"] == CHECKPOINT_NAME
-    shipped = torch.load(job / "app" / "custom" / CHECKPOINT_NAME, weights_only=True)
-    assert shipped["meta_props"] == {"current_round": 1}  # numpy-free: the persistor loads it with weights_only
+    assert persistor["args"]["load_weights_only"] is False  # the meta holds numpy arrays
+    shipped = torch.load(job / "app" / "custom" / CHECKPOINT_NAME, weights_only=False)
+    assert shipped["meta_props"]["current_round"] == 1
+    np.testing.assert_array_equal(shipped["meta_props"]["prototypes"], np.ones((10, 256), np.float32))  # FedSSC's
     for name, value in Network(seed=7).state_dict().items():
         assert torch.equal(shipped["model"][name], value)
 
@@ -71,7 +73,7 @@ def test_the_continuation_starts_after_the_last_aggregated_round_with_its_model_
 
 @pytest.mark.parametrize(
     "last_round, message",
-    [(None, "failed before the server aggregated its first round"), (ROUNDS - 1, "there is nothing to continue")],
+    [(None, "stopped before the server aggregated its first round"), (ROUNDS - 1, "there is nothing to continue")],
 )
 def test_a_job_with_nothing_to_continue_is_refused_with_the_reason(tmp_path, last_round, message):
     result = failed_result(tmp_path, export_tiny_moon(tmp_path / "jobs", "moon_tiny", ROUNDS), last_round)
@@ -79,12 +81,21 @@ def test_a_job_with_nothing_to_continue_is_refused_with_the_reason(tmp_path, las
         make_continuation_job(str(result), "failed-id", str(tmp_path / "continued"))
 
 
-def test_scaffold_is_refused_because_its_server_control_is_not_in_the_checkpoint(tmp_path):
+def test_scaffold_continues_with_our_aggregator_and_is_refused_with_nvflares_controller(tmp_path):
+    """ScaffoldAggregator keeps the global control in the checkpoint's meta; NVFlare's Scaffold controller keeps it in
+    memory only, so its continuation would restart it at 0."""
     ScaffoldRecipe(name="scaffold_tiny", min_clients=2, num_rounds=ROUNDS, dataset="synthetic").export(
         str(tmp_path / "jobs")
     )
     result = failed_result(tmp_path, tmp_path / "jobs" / "scaffold_tiny", last_round=1)
-    with pytest.raises(ValueError, match="SCAFFOLD keeps its global control variate on the server"):
+    job = Path(make_continuation_job(str(result), "failed-id", str(tmp_path / "continued")))
+    assert read(job, "server")["workflows"][0]["args"]["start_round"] == 2
+
+    submitted = result / "job" / "scaffold_tiny" / "app" / "config" / "config_fed_server.json"
+    config = json.loads(submitted.read_text())
+    config["workflows"][0]["path"] = "nvflare.app_common.workflows.scaffold.Scaffold"
+    submitted.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="NVFlare's Scaffold controller keeps its global control variate in memory"):
         make_continuation_job(str(result), "failed-id", str(tmp_path / "continued"))
 
 

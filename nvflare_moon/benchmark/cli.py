@@ -38,6 +38,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--list", action="store_true", help="print the protocols, their runs and what is finished")
     parser.add_argument("--summary-only", action="store_true", help="write the summary of the finished runs, run none")
     parser.add_argument("--run-timeout", type=float, help="give up a run after this many seconds")
+    parser.add_argument("--save-progress", metavar="DIR",
+                        help="run nothing: save the state of every interrupted run into DIR/<run_id>/ (a few MB, "
+                        "small enough to commit), e.g. docs/results/paper/in_progress")  # fmt: skip
+    parser.add_argument("--resume-from", metavar="DIR",
+                        help="continue interrupted runs from the states saved in DIR/<run_id>/ by --save-progress, "
+                        "where they are further than <out>'s own")  # fmt: skip
     parser.add_argument("--keep-work", action="store_true",
                         help="keep each run's exported job and simulator workspace (models, TensorBoard events) in "
                         "<out>/work/<run_id>/")  # fmt: skip
@@ -94,10 +100,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_protocol(
             _protocol(args, args.protocol), args.out, args.methods, data_root, command, args.run_timeout,
             args.summary_only, args.keep_work, log=lambda line: print(line, flush=True),
+            resume_from=args.resume_from, save_progress=args.save_progress,
         )  # fmt: skip
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; run the same command again to resume (finished runs are kept)", file=sys.stderr)
+        print("interrupted; run the same command again to resume (finished runs are kept, an interrupted run "
+              "continues after its last aggregated round)", file=sys.stderr)  # fmt: skip
         return 130

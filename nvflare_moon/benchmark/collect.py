@@ -2,7 +2,7 @@
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from ..server.evaluator import METRICS_FILENAME
 from .protocols import RunSpec
@@ -13,9 +13,13 @@ def global_metrics_path(workspace: str) -> str:
     return os.path.join(workspace, "server", "simulate_job", METRICS_FILENAME)
 
 
-def read_simulator_results(workspace: str, rounds: int, started: float) -> Dict[str, Any]:
-    """The run's rounds, exactly as ``global_metrics.jsonl`` logged them, each with ``round_seconds`` added: the wall
-    time since the previous round's evaluation (for round 0, since the simulator started, so it includes start-up).
+def read_simulator_results(
+    workspace: str, rounds: int, started: float, earlier: Sequence[Dict[str, Any]] = ()
+) -> Dict[str, Any]:
+    """The run's rounds, exactly as ``global_metrics.jsonl`` logged them, after the ``earlier`` rounds of the resume
+    point the run continues, each with ``round_seconds`` added: the wall time since the previous round's evaluation
+    (for the first round of this sitting, since the simulator started, so it includes start-up; NaN for the first
+    round of an earlier sitting, whose start is not recorded).
 
     Raises ValueError unless rounds 0 … ``rounds``−1 are all there, in order.
     """
@@ -24,11 +28,14 @@ def read_simulator_results(workspace: str, rounds: int, started: float) -> Dict[
         raise ValueError(f"the simulator exited without writing {path}")
     with open(path) as f:
         records: List[Dict[str, Any]] = [json.loads(line) for line in f if line.strip()]
+    records = [dict(r) for r in earlier] + [r for r in records if r.get("round", -1) >= len(earlier)]
     logged = [r.get("round") for r in records]
     if logged != list(range(rounds)):
         raise ValueError(f"{path} holds rounds {logged}, expected 0 … {rounds - 1}")
-    previous = started
+    previous = float("nan") if earlier else started  # when an earlier sitting started is not known
     for record in records:
+        if record["round"] == len(earlier):
+            previous = started
         record["round_seconds"] = record["time"] - previous
         previous = record["time"]
     return {"rounds": records, "final_accuracy": records[-1]["test_accuracy"]}

@@ -7,8 +7,10 @@ start a run and where its results are (:class:`Launch`); :mod:`.runner` starts i
 To add a method, add one entry to :data:`METHODS` (and to a protocol in :mod:`.protocols`).
 """
 
+import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -16,10 +18,10 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from ..recipes import (
     FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
 )  # fmt: skip
+from ..resume import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
 from .collect import read_simulator_results, read_solo_report
 from .protocols import RunSpec, Variant, format_value
 
-SIMULATOR_MODULE = "nvflare.private.fed.app.simulator.simulator"
 ROUND_LINE = re.compile(r"round (?P<unit>\d+): global test accuracy (?P<accuracy>[\d.]+)")  # GlobalModelEvaluator
 SOLO_SITE_LINE = re.compile(r"(?P<unit>site-\d+): test accuracy (?P<accuracy>[\d.]+)")  # nvflare_moon.solo
 
@@ -54,8 +56,12 @@ class SimulatorMethod:
     label: str
     recipe: Callable[..., Any]
     defaults: Dict[str, Any] = field(default_factory=dict)
+    resumable = True
 
-    def launch(self, spec: RunSpec, run_dir: str, data_root: Optional[str]) -> Launch:
+    def launch(
+        self, spec: RunSpec, run_dir: str, data_root: Optional[str], point: Optional[ResumePoint] = None
+    ) -> Launch:
+        """The run from round 0, or, given a resume point of the same job, its continuation after the point."""
         s = spec.settings
         job_name = re.sub(r"[^A-Za-z0-9_-]", "_", spec.run_id)
         recipe = self.recipe(
@@ -65,13 +71,35 @@ class SimulatorMethod:
             **{**self.defaults, **dict(spec.variant.args)},
         )  # fmt: skip
         exported = os.path.join(run_dir, "job")
+        shutil.rmtree(exported, ignore_errors=True)
         recipe.export(exported)
+        job, earlier = os.path.join(exported, job_name), []
+        if point is not None:
+            if _job_configs(point.job_dir) != _job_configs(job):
+                raise ValueError(
+                    f"the resume point {point.path} is of another job than this run's (its configs differ from "
+                    f"{job}): delete it to run from round 0, or continue it with the code that started it"
+                )
+            job = make_simulator_continuation(point, os.path.join(run_dir, "continuation"))
+            earlier = point.metrics()
         workspace = os.path.join(run_dir, "workspace")
-        command = [sys.executable, "-m", SIMULATOR_MODULE, os.path.join(exported, job_name), "-w", workspace,
+        command = [sys.executable, "-m", SIMULATOR_MODULE, job, "-w", workspace,
                    "-n", str(s.num_sites), "-t", str(s.simulator_threads)]  # fmt: skip
         return Launch(
-            command, ROUND_LINE, s.rounds, "round", lambda started: read_simulator_results(workspace, s.rounds, started)
-        )
+            command, ROUND_LINE, s.rounds - len(earlier), "round",
+            lambda started: read_simulator_results(workspace, s.rounds, started, earlier),
+        )  # fmt: skip
+
+
+def _job_configs(job_dir: str) -> Dict[str, Any]:
+    """Every config file of a job folder, by its path in the folder."""
+    configs = {}
+    for folder, _, files in os.walk(job_dir):
+        for name in files:
+            if name.endswith(".json") and not name.startswith(".__nvfl"):
+                with open(os.path.join(folder, name)) as f:
+                    configs[os.path.relpath(os.path.join(folder, name), job_dir)] = json.load(f)
+    return configs
 
 
 @dataclass(frozen=True)
@@ -93,8 +121,10 @@ class CommandMethod:
     progress: "re.Pattern[str]"
     units: Callable[[RunSpec], int]
     unit_name: str
+    resumable = False
 
-    def launch(self, spec: RunSpec, run_dir: str, data_root: Optional[str]) -> Launch:
+    def launch(self, spec: RunSpec, run_dir: str, data_root: Optional[str], point=None) -> Launch:
+        """A run from the start (a command has no resume point)."""
         report = os.path.join(run_dir, "report.json")
         return Launch(
             self.command(spec, report, data_root), self.progress, self.units(spec), self.unit_name,

@@ -1,16 +1,19 @@
 """Run a protocol: every run as a subprocess, watched (progress, peak memory) and recorded atomically as
 ``<out>/runs/<run_id>.json``. A run whose record is complete is skipped, so the same command resumes after an
-interruption; a run that was interrupted or failed has no record and is redone from the start.
+interruption. A simulator run that was interrupted continues from its last aggregated round: its state is saved into
+``work/<run_id>/resume_point/`` (:mod:`nvflare_moon.resume`) and the continuation runs from there; SOLO is redone.
 
 Layout of the output folder::
 
     runs/<run_id>.json      one record per finished run (shared by every protocol written here)
     logs/<run_id>.log       the run's whole output
-    work/<run_id>/          the exported job and the simulator workspace (removed after success, unless keep_work)
+    work/<run_id>/          the exported job, the simulator workspace and the resume point of an interrupted run
+                            (removed after success, unless keep_work)
     <protocol>/summary.md   tables, plots (PNG) and the per-round CSV of the protocol's finished runs
 """
 
 import datetime
+import glob
 import json
 import os
 import platform
@@ -22,6 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import psutil
 
+from ..resume import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
 from .methods import METHODS, variant_label
 from .process_watch import PeakMemoryWatcher
 from .progress import Progress
@@ -114,6 +118,39 @@ def _end_process_tree(watcher: PeakMemoryWatcher, root: subprocess.Popen) -> Non
     root.wait()
 
 
+def run_folder(out_dir: str, spec: RunSpec) -> str:
+    return os.path.join(out_dir, "work", spec.run_id)
+
+
+def resume_point(
+    out_dir: str, spec: RunSpec, resume_from: Optional[str] = None, log: Callable[[str], None] = print
+) -> Optional[ResumePoint]:
+    """Where an interrupted simulator run of ``spec`` goes on: its workspace's state, saved (or brought forward) into
+    ``work/<run_id>/resume_point/``, or the point ``resume_from/<run_id>`` when that is further; None: from round 0.
+
+    Raises:
+        RunFailed: the workspace has an aggregated round that cannot be saved; the message says why.
+    """
+    run_dir = run_folder(out_dir, spec)
+    point_dir = os.path.join(run_dir, "resume_point")
+    workspace = os.path.join(run_dir, "workspace")
+    if os.path.exists(workspace_checkpoint(workspace)):
+        jobs = glob.glob(os.path.join(run_dir, "job", "*", "meta.json"))
+        try:
+            save_resume_point(workspace, point_dir, os.path.dirname(jobs[0]) if len(jobs) == 1 else None, log=log)
+        except ValueError as e:
+            raise RunFailed(f"{spec.run_id}: cannot save the state of its interrupted run: {e}") from e
+    local = load_resume_point(point_dir) if os.path.exists(os.path.join(point_dir, POINT_FILE)) else None
+    given = os.path.join(resume_from, spec.run_id) if resume_from else None
+    if given and os.path.exists(os.path.join(given, POINT_FILE)):
+        other = load_resume_point(given)
+        if local is None or other.last_round > local.last_round:
+            shutil.rmtree(point_dir, ignore_errors=True)
+            shutil.copytree(given, point_dir)
+            local = load_resume_point(point_dir)
+    return local
+
+
 def execute_run(
     spec: RunSpec,
     out_dir: str,
@@ -121,21 +158,30 @@ def execute_run(
     progress: Progress,
     run_timeout: Optional[float] = None,
     keep_work: bool = False,
+    resume_from: Optional[str] = None,
 ) -> Dict:
-    """Run ``spec`` from scratch and return its complete record; raises :class:`RunFailed`. The run's work folder
-    (exported job, simulator workspace) is removed after a success unless ``keep_work``."""
+    """Run ``spec`` and return its complete record; raises :class:`RunFailed`. A simulator run that was interrupted
+    continues from its resume point (see :func:`resume_point`); other runs start from scratch. The run's work folder
+    (exported job, simulator workspace, resume point) is removed after a success unless ``keep_work``."""
     method = METHODS[spec.variant.method]
-    run_dir = os.path.join(out_dir, "work", spec.run_id)
+    run_dir = run_folder(out_dir, spec)
     log_path = os.path.join(out_dir, "logs", f"{spec.run_id}.log")
-    shutil.rmtree(run_dir, ignore_errors=True)
-    os.makedirs(run_dir)
+    point = resume_point(out_dir, spec, resume_from, progress.log) if method.resumable else None
+    if point is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir, exist_ok=True)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    launch = method.launch(spec, run_dir, data_root)
+    try:
+        launch = method.launch(spec, run_dir, data_root, point)
+    except ValueError as e:
+        raise RunFailed(f"{spec.run_id}: {e}") from e
+    if point is not None:
+        progress.log(f"{spec.run_id}: continuing after round {point.last_round} from {point.path}")
     progress.start_run(spec.run_id, launch.units, launch.unit_name)
     started, clock = time.time(), time.perf_counter()
     ok = False
     try:
-        with open(log_path, "w") as log:
+        with open(log_path, "a" if point is not None else "w") as log:
             log.write(" ".join(launch.command) + "\n")
             command = subprocess.Popen(
                 launch.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=run_dir,
@@ -177,6 +223,7 @@ def execute_run(
         "label": variant_label(spec.variant),
         "seed": spec.seed,
         "beta": spec.beta,
+        "continued_after_round": None if point is None else point.last_round,
         "spec": spec.fingerprint(),
         "command": launch.command,
         "started": started,
@@ -211,8 +258,14 @@ def run_protocol(
     summary_only: bool = False,
     keep_work: bool = False,
     log: Callable[[str], None] = print,
+    resume_from: Optional[str] = None,
+    save_progress: Optional[str] = None,
 ) -> int:
     """Run the protocol's runs that are not finished yet (none with ``summary_only``), then write its summary.
+
+    ``resume_from``: a folder of resume points by run id (as ``save_progress`` writes them), where runs continue from
+    when they are further than this output folder's own. ``save_progress``: run nothing; save the resume point of every
+    interrupted run into ``save_progress/<run_id>/`` (small enough to commit), then write the summary.
 
     Returns 0 if every run is finished, 1 otherwise. Raises ValueError for a method that is not registered and
     :class:`FinishedRunDiffers` before starting anything if a finished run does not match.
@@ -228,14 +281,28 @@ def run_protocol(
         record = load_finished(record_path(out_dir, spec), spec)
         if record is not None:
             finished[spec.run_id] = record
-    todo = [] if summary_only else [s for s in specs if s.run_id not in finished]
+    if save_progress:
+        for spec in specs:
+            if spec.run_id not in finished and METHODS[spec.variant.method].resumable:
+                try:
+                    point = resume_point(out_dir, spec, resume_from, log)
+                except RunFailed as e:
+                    log(str(e))
+                    continue
+                if point is not None:
+                    dest = os.path.join(save_progress, spec.run_id)
+                    shutil.rmtree(dest, ignore_errors=True)
+                    shutil.copytree(point.path, dest)
+                    log(f"{spec.run_id}: saved its state after round {point.last_round} in {dest} "
+                        f"({point.size_bytes()} bytes)")  # fmt: skip
+    todo = [] if summary_only or save_progress else [s for s in specs if s.run_id not in finished]
     log(f"protocol {protocol.name}: {len(specs)} runs, {len(finished)} already finished in {out_dir}, "
         f"{len(todo)} to run")
     progress = Progress(len(todo), log)
     failures: List[str] = []
     for spec in todo:
         try:
-            record = execute_run(spec, out_dir, data_root, progress, run_timeout, keep_work)
+            record = execute_run(spec, out_dir, data_root, progress, run_timeout, keep_work, resume_from)
         except RunFailed as e:
             failures.append(str(e))
             log(str(e))
@@ -244,8 +311,15 @@ def run_protocol(
         finished[spec.run_id] = record
     records = [finished[s.run_id] for s in specs if s.run_id in finished]
     missing = [s for s in specs if s.run_id not in finished]
+    in_progress = {}
+    for spec in missing:
+        point_dir = os.path.join(run_folder(out_dir, spec), "resume_point")
+        if os.path.exists(os.path.join(point_dir, POINT_FILE)):
+            point = load_resume_point(point_dir)
+            in_progress[spec.run_id] = (point.last_round + 1, point.metrics()[-1]["test_accuracy"])
     summary = write_summary(
-        os.path.join(out_dir, protocol.name), protocol, records, missing, command, environment(), data_root
-    )
+        os.path.join(out_dir, protocol.name), protocol, records, missing, command, environment(), data_root,
+        in_progress,
+    )  # fmt: skip
     log(f"summary: {summary}" + (f"; {len(missing)} runs not finished" if missing else ""))
     return 1 if missing else 0

@@ -36,8 +36,10 @@ def write_summary(
     command: str,
     environment: Dict,
     data_root: Optional[str] = None,
+    in_progress: Optional[Dict[str, tuple]] = None,
 ) -> str:
-    """Write the protocol's tables, plots and CSV into ``folder``; returns the path of ``summary.md``."""
+    """Write the protocol's tables, plots and CSV into ``folder``; returns the path of ``summary.md``.
+    ``in_progress``: ``{run_id: (rounds done, last test accuracy)}`` of interrupted runs that will continue."""
     os.makedirs(folder, exist_ok=True)
     s = protocol.settings
     groups = group_runs(records)
@@ -59,6 +61,9 @@ def write_summary(
                                                if missing else "."),  # fmt: skip
         "",
     ]
+    for run_id, (done, accuracy) in sorted((in_progress or {}).items()):
+        lines.insert(-1, f"- In progress: {run_id}, {done} of {s.rounds} rounds done, test accuracy "
+                         f"{100 * accuracy:.2f}% after round {done - 1}.")  # fmt: skip
     if s.dataset == "cifar10":
         lines += [
             "Our CIFAR-10 is the offline JPEG-compressed copy (quality 75; labels and order exact), so absolute "

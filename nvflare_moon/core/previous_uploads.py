@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from .history import HISTORY_ROUNDS
 from .state import StateUnusable, tensor_signature
 from .training import frozen_copy
 
@@ -52,7 +53,7 @@ class PreviousUploads:
         if record is None:
             return []
         payload = record.get("payload") or {}
-        states, rounds = payload.get("previous_models"), payload.get("rounds")
+        states, rounds = payload.get("previous_models"), payload.get(HISTORY_ROUNDS)
         expected = tensor_signature(network.state_dict())
         if (
             not isinstance(states, list)
@@ -81,4 +82,4 @@ class PreviousUploads:
         uploads, this one included."""
         state = {name: t.detach().cpu().clone() for name, t in uploaded.state_dict().items()}
         kept = (self.uploads + [(round_number, state)])[-(self.keep + 1) :]
-        return {"rounds": [r for r, _ in kept], "previous_models": [s for _, s in kept]}
+        return {HISTORY_ROUNDS: [r for r, _ in kept], "previous_models": [s for _, s in kept]}

@@ -51,6 +51,8 @@ from ..validation import JOB_REFUSED_HEADER, check_choice, check_number
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
 EVAL_BATCH_SIZE = 500
 
+STATE_FOLDER = "nvflare_moon"  # in a site's run folder of the job: <workspace>/<site>/<job_id>/nvflare_moon/<name>.pt
+
 
 class FedAvgExecutor(Executor):
     """Local training for FedAvg: CE on the site's shard, SGD with a new optimizer every round.
@@ -78,6 +80,9 @@ class FedAvgExecutor(Executor):
             names by default, which its ``CrossSiteModelEval`` sends).
         resume_from_job_id: the id of the failed job that this job continues (see :mod:`nvflare_moon.resume`).
             Where this site has no state of its own yet, it takes the state it saved in that job.
+        resume_state_dir: where that job's state is, as ``<resume_state_dir>/<site>/<name>.pt``; None: in the
+            site's run folder of that job (POC and production). A continued simulator job sets it, because the
+            simulator wipes its workspace at the start.
     """
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
@@ -108,6 +113,7 @@ class FedAvgExecutor(Executor):
         validate_task_name: str = AppConstants.TASK_VALIDATION,
         submit_model_task_name: str = AppConstants.TASK_SUBMIT_MODEL,
         resume_from_job_id: Optional[str] = None,
+        resume_state_dir: Optional[str] = None,
     ):
         super().__init__()
         if isinstance(dataset, str):
@@ -134,6 +140,10 @@ class FedAvgExecutor(Executor):
             check_number("num_threads", num_threads, low=1, integer=True)
         if resume_from_job_id is not None and (not isinstance(resume_from_job_id, str) or not resume_from_job_id):
             raise ValueError(f"resume_from_job_id must be a job id or None, got {resume_from_job_id!r}")
+        if resume_state_dir is not None and (resume_from_job_id is None or not os.path.isabs(resume_state_dir)):
+            raise ValueError(
+                f"resume_state_dir must be an absolute folder, given with resume_from_job_id; got {resume_state_dir!r}"
+            )
         self.dataset = dataset
         self.val_dataset = val_dataset
         self.data_root = data_root
@@ -154,6 +164,7 @@ class FedAvgExecutor(Executor):
         self.validate_task_name = validate_task_name
         self.submit_model_task_name = submit_model_task_name
         self.resume_from_job_id = resume_from_job_id
+        self.resume_state_dir = resume_state_dir
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None
         self._train_data = None
@@ -410,7 +421,17 @@ class FedAvgExecutor(Executor):
         directory, which POC jobs share."""
         job_id = job_id or fl_ctx.get_job_id()
         run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(job_id)
-        return SiteStateStore(os.path.join(run_dir, "nvflare_moon"), name, fl_ctx.get_identity_name(), job_id)
+        return SiteStateStore(os.path.join(run_dir, STATE_FOLDER), name, fl_ctx.get_identity_name(), job_id)
+
+    def _continued_state_store(self, name: str, fl_ctx: FLContext) -> SiteStateStore:
+        """The store of the job this one continues: in its run folder, or under ``resume_state_dir``."""
+        site = fl_ctx.get_identity_name()
+        if self.resume_state_dir is not None:
+            directory = os.path.join(self.resume_state_dir, site)
+        else:
+            run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(self.resume_from_job_id)
+            directory = os.path.join(run_dir, STATE_FOLDER)
+        return SiteStateStore(directory, name, site, self.resume_from_job_id)
 
     def load_state(self, name: str, fl_ctx: FLContext) -> Optional[Dict[str, Any]]:
         """This site's stored ``name`` record for this job, or None. A continuation job (``resume_from_job_id``) with
@@ -424,7 +445,7 @@ class FedAvgExecutor(Executor):
         record = own.load()
         if record is not None or self.resume_from_job_id is None:
             return record
-        record = self.state_store(name, fl_ctx, self.resume_from_job_id).load()
+        record = self._continued_state_store(name, fl_ctx).load()
         if record is None:
             self.log_warning(fl_ctx, f"this site has no {name} state from job {self.resume_from_job_id}")
             return None

@@ -7,13 +7,14 @@ site's control c_i in a job-scoped state file: NVFlare keeps it in memory, where
 whenever the client process is restarted (the simulator with ``-t < -n``, a production client restart).
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AlgorithmConstants
 
 from ..core.scaffold import ScaffoldRound, trainable_signature
+from ..core.history import HISTORY_NEEDED, HISTORY_ROUNDS
 from ..core.state import StateUnusable, tensor_signature
 from .fedavg import FedAvgExecutor
 
@@ -31,6 +32,7 @@ class ScaffoldExecutor(FedAvgExecutor):
         super().__init__(*args, **kwargs)
         self._round: Optional[ScaffoldRound] = None
         self._delta: Dict[str, Any] = {}
+        self._history: List[Tuple[int, dict]] = []  # (round, c_i after it) of the rounds before this one
 
     def on_receive(self, received: FLModel, fl_ctx: FLContext) -> None:
         round_number = received.current_round or 0
@@ -41,7 +43,8 @@ class ScaffoldExecutor(FedAvgExecutor):
                 f"(meta[{AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL!r}]); run this executor with ScaffoldRecipe "
                 "(ScaffoldAggregator) or NVFlare's Scaffold controller"
             )
-        local_control = self._load_local_control(fl_ctx)
+        self._history = self._load_history(round_number, fl_ctx)
+        local_control = self._history[-1][1] if self._history else None
         if local_control is None:
             self.log_info(fl_ctx, f"round {round_number}: no stored SCAFFOLD control for this site, c_i starts at 0")
         self._round = ScaffoldRound(self._net, self.lr, global_control, local_control)
@@ -51,25 +54,35 @@ class ScaffoldExecutor(FedAvgExecutor):
 
     def after_training(self, round_number: int, fl_ctx: FLContext) -> None:
         self._delta = self._round.finish()
-        self.state_store(self.STATE_NAME, fl_ctx).save(round_number, {"local_control": self._round.local_control})
+        # c_i before this round stays beside c_i⁺, so that a continued job that runs this round again starts from it
+        keep = (self._history + [(round_number, self._round.local_control)])[-2:]
+        payload = {HISTORY_ROUNDS: [r for r, _ in keep], "local_controls": [c for _, c in keep], HISTORY_NEEDED: 1}
+        self.state_store(self.STATE_NAME, fl_ctx).save(round_number, payload)
 
     def extra_meta(self) -> Dict[str, Any]:
         return {AlgorithmConstants.SCAFFOLD_CTRL_DIFF: self._delta}
 
-    def _load_local_control(self, fl_ctx: FLContext) -> Optional[dict]:
-        """The stored c_i, or None (with a warning when a file exists but cannot be used; it is then set aside)."""
+    def _load_history(self, round_number: int, fl_ctx: FLContext) -> List[Tuple[int, dict]]:
+        """The stored (round, c_i after it) of rounds before ``round_number``; empty (with a warning when a file exists
+        but cannot be used; it is then set aside) if there are none."""
         try:
-            record = self.state_store(self.STATE_NAME, fl_ctx).load()
+            record = self.load_state(self.STATE_NAME, fl_ctx)
         except StateUnusable as e:
             self.log_warning(fl_ctx, f"{e}; this site's SCAFFOLD control restarts from 0")
-            return None
+            return []
         if record is None:
-            return None
-        control = record["payload"].get("local_control")
-        if not isinstance(control, dict) or tensor_signature(control) != trainable_signature(self._net):
+            return []
+        rounds, controls = record["payload"].get(HISTORY_ROUNDS), record["payload"].get("local_controls")
+        expected = trainable_signature(self._net)
+        if (
+            not isinstance(rounds, list)
+            or not isinstance(controls, list)
+            or len(rounds) != len(controls)
+            or any(not isinstance(c, dict) or tensor_signature(c) != expected for c in controls)
+        ):
             unusable = self.state_store(self.STATE_NAME, fl_ctx).set_aside(
-                "other-network", f"its SCAFFOLD control (round {record['round']}) does not match this job's network"
+                "other-network", f"its SCAFFOLD controls (round {record['round']}) do not match this job's network"
             )
             self.log_warning(fl_ctx, f"{unusable}; this site's SCAFFOLD control restarts from 0")
-            return None
-        return control
+            return []
+        return [(r, c) for r, c in zip(rounds, controls) if r < round_number]

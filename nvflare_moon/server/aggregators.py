@@ -49,15 +49,20 @@ class WeightedFedAvgAggregator(ModelAggregator):
         return True
 
     def _reference_params(self):
-        """What every update must match in keys and shapes: the round's global model, which NVFlare's controllers
-        keep in the run context; without one (a bare aggregator), the first update accepted this round."""
+        """What every update must match in keys and shapes: the global model, which NVFlare's controllers keep in the
+        run context; without one (a bare aggregator), the first update accepted this round."""
+        global_model = self.initial_model()
+        if global_model is not None and global_model.get(ModelLearnableKey.WEIGHTS):
+            return global_model[ModelLearnableKey.WEIGHTS]
+        return next(iter(self._updates.values())).params if self._updates else None
+
+    def initial_model(self):
+        """The job's initial model (a ``ModelLearnable``: weights and meta) as the controller loaded it, or None."""
         global_model = self.fl_ctx.get_prop(AppConstants.GLOBAL_MODEL) if self.fl_ctx else None
         if global_model is None and self.fl_ctx is not None and self.fl_ctx.get_engine() is not None:
             with self.fl_ctx.get_engine().new_context() as ctx:
                 global_model = ctx.get_prop(AppConstants.GLOBAL_MODEL)
-        if global_model is not None and global_model.get(ModelLearnableKey.WEIGHTS):
-            return global_model[ModelLearnableKey.WEIGHTS]
-        return next(iter(self._updates.values())).params if self._updates else None
+        return global_model
 
     def aggregate_model(self) -> FLModel:
         if not self._updates:

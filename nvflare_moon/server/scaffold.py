@@ -17,6 +17,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from nvflare.app_common.abstract.fl_model import FLModel
+from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.app_constant import AlgorithmConstants
 
 from ..core.scaffold import apply_control_deltas
@@ -36,7 +37,7 @@ class ScaffoldAggregator(WeightedFedAvgAggregator):
         if num_sites is not None and (isinstance(num_sites, bool) or not isinstance(num_sites, int) or num_sites < 1):
             raise ValueError(f"num_sites must be a positive integer or None, got {num_sites!r}")
         self.num_sites = num_sites
-        self._global_control: Dict[str, np.ndarray] = {}
+        self._global_control: Optional[Dict[str, np.ndarray]] = None  # None: not yet read from the initial model
         self._deltas: Dict[str, Dict[str, np.ndarray]] = {}
 
     def accept_model(self, model: FLModel) -> bool:
@@ -56,6 +57,8 @@ class ScaffoldAggregator(WeightedFedAvgAggregator):
         deltas = [self._deltas[site] for site in sorted(self._deltas)]
         result = super().aggregate_model()
         num_sites = self.num_sites or len(self.fl_ctx.get_engine().get_clients())
+        if self._global_control is None:
+            self._global_control = self._initial_control()
         self._global_control = apply_control_deltas(self._global_control, deltas, num_sites)
         result.meta[AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL] = self._global_control
         self.info(f"round {self._round()}: SCAFFOLD control updated with {len(deltas)} of {num_sites} sites' deltas")
@@ -64,6 +67,14 @@ class ScaffoldAggregator(WeightedFedAvgAggregator):
     def reset_stats(self):
         super().reset_stats()
         self._deltas = {}
+
+    def _initial_control(self) -> Dict[str, np.ndarray]:
+        """c as the initial model brought it (a continued job's checkpoint), else zeros (empty)."""
+        meta = (self.initial_model() or {}).get(ModelLearnableKey.META) or {}
+        control = meta.get(AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL)
+        if control:
+            self.info(f"round {self._round()}: continuing from the SCAFFOLD control in the initial model's meta")
+        return dict(control or {})
 
     @staticmethod
     def _delta_problem(delta, params) -> Optional[str]:

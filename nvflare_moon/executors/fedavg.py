@@ -46,6 +46,7 @@ from ..data import (
 )  # fmt: skip
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
+from ..simulator_sites import check_site_identity
 from ..validation import JOB_REFUSED_HEADER, check_choice, check_number
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
@@ -186,6 +187,7 @@ class FedAvgExecutor(Executor):
                 self.log_error(fl_ctx, self._setup_error)
 
     def _setup(self, fl_ctx: FLContext) -> None:
+        check_site_identity(fl_ctx)
         site = fl_ctx.get_identity_name()
         torch.set_num_threads(resolve_num_threads(self.num_threads))
         self._torch_device = resolve_device(self.device)

@@ -1,5 +1,11 @@
 """Server components: aggregators for NVFlare's FedAvg controller, the once-per-round global evaluation and the
-checks that make a job fail loudly."""
+checks that make a job fail loudly.
+
+Importing this package inside NVFlare's simulator also keeps the simulator's site names apart
+(:mod:`nvflare_moon.simulator_sites`): the server app loads it before any site starts.
+"""
+
+from ..simulator_sites import keep_simulator_site_names_apart
 
 from .aggregators import WeightedFedAvgAggregator
 from .dual_aggregation import DualAggregator
@@ -14,3 +20,5 @@ __all__ = [
     "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
     "PrototypeSharingAggregator", "DualAggregator", "SettingsFedAvg", "ShardCoverageCheck", "RunOutcomeCheck",
 ]
+
+keep_simulator_site_names_apart()

@@ -1,0 +1,66 @@
+"""NVFlare 2.9's simulator can start a site's worker under another site's name; this module prevents and detects it.
+
+``SimulatorClientRunner.do_one_task`` runs in one thread per ``-t`` worker. Each thread writes the site it is about to
+start into the runner's one shared ``build_ctx`` dict (``build_ctx["client_name"] = ...``) and then sends that dict to
+the new worker process, which takes its identity from it. When another thread writes between the two, the worker for
+site-2 starts as, say, site-4: site-4's task is trained twice, site-2's shard never, and the job exits 0. Seen here
+with ``-t 10 -n 10`` (where the mix-up lasts the whole run) and with ``-t < -n``.
+
+:func:`keep_simulator_site_names_apart` gives each thread its own copy of ``build_ctx``; importing
+:mod:`nvflare_moon.server` applies it inside a simulator, before any site starts. :func:`check_site_identity` is the
+site's own check, for jobs whose server has none of our components: it fails the site's set-up when its name is not
+the one of the workspace folder the simulator made for it.
+"""
+
+import os
+import sys
+import threading
+
+from nvflare.apis.fl_constant import FLContextKey
+from nvflare.apis.fl_context import FLContext
+
+SIMULATOR_RUNNER_MODULE = "nvflare.private.fed.app.simulator.simulator_runner"
+
+
+def _build_ctx_of_this_thread(runner) -> dict:
+    per_thread = runner.__dict__["_build_ctx_per_thread"]
+    if not hasattr(per_thread, "build_ctx"):
+        per_thread.build_ctx = dict(runner.__dict__["_shared_build_ctx"])
+    return per_thread.build_ctx
+
+
+def _set_build_ctx(runner, build_ctx: dict) -> None:
+    runner.__dict__["_shared_build_ctx"] = build_ctx
+    runner.__dict__["_build_ctx_per_thread"] = threading.local()
+
+
+def keep_simulator_site_names_apart() -> bool:
+    """Make ``SimulatorClientRunner.build_ctx`` a per-thread copy, if the simulator is loaded in this process.
+
+    Returns:
+        whether the simulator's runner is patched (now or before); False outside a simulator.
+    """
+    runner_module = sys.modules.get(SIMULATOR_RUNNER_MODULE)
+    if runner_module is None:
+        return False
+    runner_class = runner_module.SimulatorClientRunner
+    if not isinstance(runner_class.__dict__.get("build_ctx"), property):
+        runner_class.build_ctx = property(_build_ctx_of_this_thread, _set_build_ctx)
+    return True
+
+
+def check_site_identity(fl_ctx: FLContext) -> None:
+    """In the simulator, raise ``RuntimeError`` unless this site's name is its workspace folder's name.
+
+    Outside the simulator (POC, production) a site's folder may have any name, so nothing is checked.
+    """
+    if not fl_ctx.get_prop(FLContextKey.SIMULATE_MODE, False):
+        return
+    site = fl_ctx.get_identity_name()
+    folder = os.path.basename(os.path.normpath(fl_ctx.get_engine().get_workspace().get_root_dir()))
+    if folder != site:
+        raise RuntimeError(
+            f"the simulator started the worker of {folder} as {site} (a race in NVFlare 2.9's simulator that makes "
+            f"one site train twice and another never); run the job again, or with -t equal to -n and "
+            f"nvflare_moon's server components, which prevent it"
+        )

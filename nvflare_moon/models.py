@@ -62,8 +62,29 @@ class ProjectionModel(nn.Module):
     def forward(self, x: torch.Tensor) -> ModelOutput:
         h = torch.flatten(self.backbone(x), 1)
         head_input = self.feature_noise(h) if self.training and self.feature_noise is not None else h
-        z = self.l2(torch.relu(self.l1(head_input)))
+        z = project(self.l1, self.l2, head_input)
         return ModelOutput(h, z, self.l3(z))
+
+
+def project(l1: nn.Linear, l2: nn.Linear, h: torch.Tensor) -> torch.Tensor:
+    """MOON's projection head: z = l2(relu(l1(h))), ``[B, F] -> [B, out_dim]``."""
+    return l2(torch.relu(l1(h)))
+
+
+class ProjectionHead(nn.Module):
+    """The projection head of a :class:`ProjectionModel`, sharing its layers: ``head(h) = l2(relu(l1(h)))``.
+
+    Its state dict is the model's ``l1.*`` and ``l2.*`` entries, under the same names, so a stored head loads into
+    ``ProjectionHead(model)`` and MOON's light history (``light_history``) keeps only these tensors.
+    """
+
+    def __init__(self, model: ProjectionModel):
+        super().__init__()
+        self.l1 = model.l1
+        self.l2 = model.l2
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return project(self.l1, self.l2, h)
 
 
 def simsiam_predictor(dim: int, hidden_dim: int) -> nn.Sequential:

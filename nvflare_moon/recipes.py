@@ -213,13 +213,15 @@ class MoonRecipe(FedAvgBaselineRecipe):
         mu_ramp_rounds: cold start: then μ rises linearly over R rounds (default 0); see
             ``docs/practical_options.md``.
         feature_noise_std: σ of the Gaussian noise on h before the projection head, relative to ‖h‖ (0: off).
+        light_history: keep only the previous models' projection heads, an approximation of z_prev (default False;
+            see ``docs/practical_options.md``).
         **kwargs: every :class:`FedAvgBaselineRecipe` argument.
     """
 
     def __init__(
         self, *, name: str = "moon_cifar10", mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
         representation_loss: str = "contrastive", mu_off_rounds: int = 0, mu_ramp_rounds: int = 0,
-        feature_noise_std: float = 0.0, **kwargs,
+        feature_noise_std: float = 0.0, light_history: bool = False, **kwargs,
     ):  # fmt: skip
         self.mu = mu
         self.temperature = temperature
@@ -228,6 +230,7 @@ class MoonRecipe(FedAvgBaselineRecipe):
         self.mu_off_rounds = mu_off_rounds
         self.mu_ramp_rounds = mu_ramp_rounds
         self.feature_noise_std = feature_noise_std
+        self.light_history = light_history
         super().__init__(name=name, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
@@ -238,7 +241,7 @@ class MoonRecipe(FedAvgBaselineRecipe):
         return dict(
             mu=self.mu, temperature=self.temperature, num_previous_models=self.num_previous_models,
             mu_off_rounds=self.mu_off_rounds, mu_ramp_rounds=self.mu_ramp_rounds,
-            feature_noise_std=self.feature_noise_std,
+            feature_noise_std=self.feature_noise_std, light_history=self.light_history,
         )
 
 

@@ -5,6 +5,7 @@ MOON, the noise is reproducible and seeded per (seed, site, round, step))."""
 import json
 import logging
 import math
+import os
 import zlib
 
 import pytest
@@ -12,11 +13,11 @@ import torch
 from torch.utils.data import TensorDataset
 
 from nvflare_moon.core.feature_noise import FeatureNoise
-from nvflare_moon.core.objectives import MoonObjective, RepresentationL2Objective
+from nvflare_moon.core.objectives import LightHistoryMoonObjective, MoonObjective, RepresentationL2Objective
 from nvflare_moon.core.schedules import describe_mu_schedule, scheduled_mu
-from nvflare_moon.core.training import sgd, train_local
+from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.executors import FedSSCExecutor, MoonExecutor
-from nvflare_moon.models import Network
+from nvflare_moon.models import Network, ProjectionHead
 from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
 
 from .executor_harness import site_context
@@ -107,11 +108,11 @@ def test_mu_zero_drops_the_term_without_computing_it():
 @pytest.mark.parametrize(
     "recipe, expected",
     [
-        (MoonRecipe, dict(mu=5.0, mu_off_rounds=3, mu_ramp_rounds=2, feature_noise_std=0.1)),
-        (FedSSCRecipe, dict(mu_moon=4.0, mu_off_rounds=3, mu_ramp_rounds=2, feature_noise_std=0.1)),
+        (MoonRecipe, dict(mu=5.0, mu_off_rounds=3, mu_ramp_rounds=2, feature_noise_std=0.1, light_history=True)),
+        (FedSSCRecipe, dict(mu_moon=4.0, mu_off_rounds=3, mu_ramp_rounds=2, feature_noise_std=0.1, light_history=True)),
     ],
 )
-def test_recipes_write_the_schedule_and_noise_into_the_job(recipe, expected, tmp_path):
+def test_recipes_write_the_practical_options_into_the_job(recipe, expected, tmp_path):
     recipe(**expected).export(str(tmp_path))
     (config,) = tmp_path.glob("*/app/config/config_fed_client.json")
     args = json.loads(config.read_text())["executors"][0]["executor"]["args"]
@@ -196,3 +197,56 @@ def test_noise_is_reproducible_and_seeded_per_seed_site_and_round(tmp_path):
     reference = FeatureNoise(0.5, seed=0, site="site-1", round_number=1)
     others = [FeatureNoise(0.5, 1, "site-1", 1), FeatureNoise(0.5, 0, "site-2", 1), FeatureNoise(0.5, 0, "site-1", 2)]
     assert len({reference.step_seed(0), reference.step_seed(1)} | {o.step_seed(0) for o in others}) == 5
+
+
+# ---- light history: previous projection heads only ---------------------------------------------------------------
+
+
+def test_light_history_z_prev_is_the_previous_head_on_the_global_features_hand_computed():
+    global_net, previous_net = Network(seed=0).eval(), Network(seed=1).eval()
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    z = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))
+    objective = LightHistoryMoonObjective(global_net, [frozen_copy(ProjectionHead(previous_net))], 5.0, 0.5)
+    h_glob = global_net.backbone(x).flatten(1)
+    z_glob = global_net.l2(torch.relu(global_net.l1(h_glob)))
+    z_prev = previous_net.l2(torch.relu(previous_net.l1(h_glob)))  # the previous head, the global encoder
+    sim_glob = torch.cosine_similarity(z, z_glob, dim=1) / 0.5
+    sim_prev = torch.cosine_similarity(z, z_prev, dim=1) / 0.5
+    expected = (-sim_glob + torch.log(sim_glob.exp() + sim_prev.exp())).mean()  # −log(e^glob / (e^glob + e^prev))
+    assert torch.allclose(objective.contrastive(x, z), expected, atol=1e-6)
+    # not the paper's z_prev, which runs the previous encoder: the two differ
+    assert not torch.allclose(MoonObjective(global_net, [previous_net], 5.0, 0.5).contrastive(x, z), expected)
+
+
+def test_light_history_state_holds_only_the_projection_head(tmp_path):
+    executor, terms = train_rounds(tmp_path, light_history=True)
+    assert terms["contrastive"] > 0
+    record = torch.load(tmp_path / "job-1" / "nvflare_moon" / "moon_state.pt", weights_only=True)
+    head_keys = {"l1.weight", "l1.bias", "l2.weight", "l2.bias"}
+    assert [set(state) for state in record["payload"]["previous_models"]] == [head_keys, head_keys]
+    for name in head_keys:  # round 1's upload is the trained network's head
+        assert torch.equal(record["payload"]["previous_models"][-1][name], executor._net.state_dict()[name])
+    # the whole local model is still kept, for submit_model, in its own record
+    ctx = site_context(tmp_path)
+    executor.save_local_model(1, ctx)
+    round_number, local_model = executor.load_local_model(ctx)
+    assert round_number == 1 and set(local_model) == set(executor._net.state_dict())
+
+
+@pytest.mark.parametrize("written, read", [(False, True), (True, False)], ids=["full_read_light", "light_read_full"])
+def test_a_history_of_the_other_kind_is_set_aside_not_misread(tmp_path, caplog, written, read):
+    train_rounds(tmp_path, rounds=1, light_history=written)
+    ctx = site_context(tmp_path)
+    executor = MoonExecutor(model=Network(seed=0), dataset=SITE_DATA, light_history=read)
+    executor._setup(ctx)
+    with caplog.at_level(logging.WARNING):
+        assert executor.make_objective(1, ctx).previous_models == []
+    assert "do not match" in caplog.text and "without the contrastive term" in caplog.text
+    assert [f for f in os.listdir(tmp_path / "job-1" / "nvflare_moon") if ".unusable-other-network-" in f]
+
+
+def test_light_history_needs_the_projection_model():
+    with pytest.raises(ValueError, match="light_history=True needs a ProjectionModel"):
+        MoonExecutor(model=torch.nn.Linear(2, 2), dataset="synthetic", light_history=True)
+    with pytest.raises(ValueError, match="light_history must be True or False"):
+        MoonExecutor(model=Network(seed=0), dataset="synthetic", light_history="yes")

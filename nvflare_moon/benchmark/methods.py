@@ -156,6 +156,7 @@ METHODS: Dict[str, Union[SimulatorMethod, CommandMethod]] = {
     # the MOON article's practical options (docs/practical_options.md); a variant's args set them
     "moon_cold_start": SimulatorMethod("MOON, cold start", MoonRecipe),
     "moon_feature_noise": SimulatorMethod("MOON, noise on h", MoonRecipe),
+    "moon_light_history": SimulatorMethod("MOON, light history", MoonRecipe, {"light_history": True}),
     "fedssc": SimulatorMethod("FedSSC", FedSSCRecipe),
     "fedsiam_da": SimulatorMethod("FedSiam-DA", FedSiamDARecipe),
 }

@@ -153,11 +153,12 @@ PROTOCOLS: Dict[str, Protocol] = {
         name="practical",
         description="The MOON article's practical options on the quick settings: cold start (μ = 0 for the first "
         "K ∈ {3, 5} rounds) at 3 seeds against MOON and FedAvg; noise on h before the projection head at σ ∈ "
-        "{0.1, 0.5} (relative to ‖h‖) at seed 0.",
+        "{0.1, 0.5} (relative to ‖h‖) and the light history (previous projection heads only) at seed 0.",
         settings=QUICK,
         variants=(Variant("fedavg"), Variant("moon"))
         + tuple(Variant("moon_cold_start", (("mu_off_rounds", k),)) for k in (3, 5))
-        + tuple(Variant("moon_feature_noise", (("feature_noise_std", s),)) for s in (0.1, 0.5)),
+        + tuple(Variant("moon_feature_noise", (("feature_noise_std", s),)) for s in (0.1, 0.5))
+        + (Variant("moon_light_history"),),
         extra_seeds=(("fedavg", (1, 2)), ("moon", (1, 2)), ("moon_cold_start", (1, 2))),
     ),
 }

@@ -82,6 +82,34 @@ class MoonObjective(CrossEntropyObjective):
         return ce + self.mu * contrastive, terms
 
 
+class LightHistoryMoonObjective(MoonObjective):
+    """MOON with the MOON article's light history (section 4.3, 内存优化): the previous models are only their
+    projection heads g_prev (:class:`~nvflare_moon.models.ProjectionHead`), applied to the global model's features:
+
+        z_glob = g_glob(f_glob(x)),   z_prev ≈ g_prev(f_glob(x))     instead of the paper's g_prev(f_prev(x))
+
+    The approximation is exact when the previous local encoder equals the round's global encoder, and its error grows
+    with how far the site's encoder drifted in its last round. It needs no previous encoder, so each step runs one
+    frozen forward pass (the global model's) plus m heads instead of 1 + m whole networks. The global model must be a
+    :class:`~nvflare_moon.models.ProjectionModel` (its output's ``features`` and ``projection`` are used).
+
+    Args:
+        global_model, mu, temperature: as for :class:`MoonObjective`.
+        previous_heads: the party's previous projection heads, oldest first, frozen; empty drops the term.
+    """
+
+    def __init__(self, global_model: nn.Module, previous_heads: Sequence[nn.Module], mu: float, temperature: float):
+        super().__init__(global_model, previous_heads, mu, temperature)
+
+    def contrastive(self, x: torch.Tensor, z: torch.Tensor) -> Optional[torch.Tensor]:
+        if not self.previous_models or self.mu == 0:
+            return None
+        with torch.no_grad():
+            global_out = self.global_model(x)
+            z_prev = [head(global_out.features) for head in self.previous_models]
+        return model_contrastive_loss(z, global_out.projection, z_prev, self.temperature)
+
+
 class RepresentationL2Objective(CrossEntropyObjective):
     """The MOON paper's loss ablation (Table 5): CE(logits, y) + μ·ℓ_ℓ2(z, z_glob), see :func:`representation_l2_loss`.
 

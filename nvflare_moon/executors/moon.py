@@ -3,16 +3,19 @@
 The party's previous local models (a FIFO of the last ``num_previous_models`` uploads) are kept in a job-scoped state
 file (see :mod:`.previous_uploads`), so MOON is the same algorithm whether the client process lives for the whole job
 or is restarted for every task (NVFlare's simulator with ``-t < -n``). The MOON article's practical options, the
-cold start (a μ schedule) and noise before the projection head, are off by default (``docs/practical_options.md``).
+cold start (a μ schedule), noise before the projection head and a light history (previous projection heads only), are
+off by default (``docs/practical_options.md``).
 """
 
 from nvflare.apis.fl_context import FLContext
 
 from ..core.feature_noise import FeatureNoise
-from ..core.objectives import CrossEntropyObjective, MoonObjective, RepresentationL2Objective
+from ..core.objectives import (
+    CrossEntropyObjective, LightHistoryMoonObjective, MoonObjective, RepresentationL2Objective,
+)  # fmt: skip
 from ..core.schedules import check_mu_schedule, describe_mu_schedule, scheduled_mu
 from ..core.training import frozen_copy
-from ..models import ProjectionModel
+from ..models import ProjectionHead, ProjectionModel
 from ..validation import check_choice, check_number
 from .fedavg import FedAvgExecutor
 from .previous_uploads import PreviousUploadsExecutor
@@ -37,6 +40,10 @@ class MoonExecutor(PreviousUploadsExecutor):
         feature_noise_std: σ ≥ 0 of the Gaussian noise added to the features h before the projection head during
             local training, relative to each sample's ‖h‖ (see :class:`~nvflare_moon.core.feature_noise.FeatureNoise`;
             0, the default: off). It needs a :class:`~nvflare_moon.models.ProjectionModel`.
+        light_history: keep only the projection head of each previous model and compute z_prev from the global
+            model's features, an approximation of the paper's z_prev (see
+            :class:`~nvflare_moon.core.objectives.LightHistoryMoonObjective`; default False: the whole previous
+            network, the paper's method). It needs a :class:`~nvflare_moon.models.ProjectionModel`.
     """
 
     STATE_NAME = "moon_state"
@@ -45,7 +52,7 @@ class MoonExecutor(PreviousUploadsExecutor):
     def __init__(
         self, *args, mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
         representation_loss: str = "contrastive", mu_off_rounds: int = 0, mu_ramp_rounds: int = 0,
-        feature_noise_std: float = 0.0, **kwargs,
+        feature_noise_std: float = 0.0, light_history: bool = False, **kwargs,
     ):  # fmt: skip
         super().__init__(*args, **kwargs)
         check_choice("representation_loss", representation_loss, REPRESENTATION_LOSSES)
@@ -53,10 +60,17 @@ class MoonExecutor(PreviousUploadsExecutor):
         check_number("temperature", temperature, low=0, low_inclusive=False)
         check_number("num_previous_models", num_previous_models, low=1, integer=True)
         check_number("feature_noise_std", feature_noise_std, low=0)
+        if not isinstance(light_history, bool):
+            raise ValueError(f"light_history must be True or False, got {light_history!r}")
         if feature_noise_std > 0 and not isinstance(self.model, ProjectionModel):
             raise ValueError(
                 "feature_noise_std > 0 needs a ProjectionModel (nvflare_moon.models.Network, or your backbone wrapped "
                 "in ProjectionModel), which applies the noise before its projection head; set feature_noise_std=0"
+            )
+        if light_history and not isinstance(self.model, ProjectionModel):
+            raise ValueError(
+                "light_history=True needs a ProjectionModel (nvflare_moon.models.Network, or your backbone wrapped in "
+                "ProjectionModel), whose projection head is what the history keeps; set light_history=False"
             )
         self.mu = mu
         self.temperature = temperature
@@ -65,9 +79,13 @@ class MoonExecutor(PreviousUploadsExecutor):
         self.mu_off_rounds = mu_off_rounds
         self.mu_ramp_rounds = mu_ramp_rounds
         self.feature_noise_std = feature_noise_std
+        self.light_history = light_history
 
     def uploads_to_keep(self) -> int:
         return self.num_previous_models
+
+    def history_network(self):
+        return ProjectionHead(self._net) if self.light_history else self._net
 
     def make_objective(self, round_number: int, fl_ctx: FLContext) -> CrossEntropyObjective:
         site = fl_ctx.get_identity_name()
@@ -83,4 +101,6 @@ class MoonExecutor(PreviousUploadsExecutor):
         previous_models = self.load_previous_uploads(round_number, fl_ctx, without="the contrastive term")
         if not previous_models:
             self.log_info(fl_ctx, f"round {round_number}: no previous local model yet, the contrastive term is dropped")
+        if self.light_history:
+            return LightHistoryMoonObjective(frozen_copy(self._net), previous_models, mu, self.temperature)
         return MoonObjective(frozen_copy(self._net), previous_models, mu, self.temperature)

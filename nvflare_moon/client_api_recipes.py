@@ -21,6 +21,7 @@ from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
 
 from .client import meta
 from .core.objectives import HISTORY_CHOICES
+from .core.schedules import check_mu_schedule
 from .server import (
     DualAggregator, PrototypeSharingAggregator, ScaffoldAggregator, SettingsFedAvg, WeightedFedAvgAggregator,
 )  # fmt: skip
@@ -75,20 +76,24 @@ class MoonScriptRecipe(_ScriptRecipe):
         mu: μ ≥ 0 of the model-contrastive term (paper: 5 for CIFAR-10, 1 for CIFAR-100 and Tiny-ImageNet).
         temperature: τ > 0 (paper: 0.5).
         num_previous_models: m ≥ 1 previous local models as negatives (paper: 1).
+        mu_off_rounds: cold start: μ = 0 in the first K rounds (default 0: off; ``docs/practical_options.md``).
+        mu_ramp_rounds: cold start: then μ rises linearly over R rounds (default 0).
         **kwargs: every argument of NVFlare's PyTorch ``FedAvgRecipe`` but ``aggregator`` (``model``,
             ``min_clients``, ``num_rounds``, ``train_script``, ``train_args``, ``launch_external_process``, ...).
     """
 
     def __init__(
         self, *, name: str = "moon_script", mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
-        **kwargs,
+        mu_off_rounds: int = 0, mu_ramp_rounds: int = 0, **kwargs,
     ):  # fmt: skip
-        check_number("mu", mu, low=0)
+        check_mu_schedule(mu, mu_off_rounds, mu_ramp_rounds)
         check_number("temperature", temperature, low=0, low_inclusive=False)
         check_number("num_previous_models", num_previous_models, low=1, integer=True)
         self.mu = mu
         self.temperature = temperature
         self.num_previous_models = num_previous_models
+        self.mu_off_rounds = mu_off_rounds
+        self.mu_ramp_rounds = mu_ramp_rounds
         super().__init__(name=name, **kwargs)
 
     def client_settings(self) -> Dict[str, Any]:
@@ -96,6 +101,8 @@ class MoonScriptRecipe(_ScriptRecipe):
             meta.MOON_MU: float(self.mu),
             meta.MOON_TEMPERATURE: float(self.temperature),
             meta.MOON_NUM_PREVIOUS_MODELS: int(self.num_previous_models),
+            meta.MOON_MU_OFF_ROUNDS: int(self.mu_off_rounds),
+            meta.MOON_MU_RAMP_ROUNDS: int(self.mu_ramp_rounds),
         }
 
 
@@ -110,6 +117,7 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         mu_glob: μ_glob ≥ 0 of the prototype term (paper: 1).
         temperature: τ of both terms (paper: 0.5).
         num_previous_models: m, as for MOON.
+        mu_off_rounds, mu_ramp_rounds: the cold start of μ_moon, as for MOON (default off).
         min_class_count: sites upload, and the server draws from, only classes with at least this many samples
             (paper: 10).
         prototype_clip_norm: clip each uploaded mean to this L2 norm (None: off).

@@ -111,6 +111,25 @@ def test_previous_model_is_the_one_saved_last_round_even_after_a_restart(tmp_pat
         assert torch.equal(value, sent[name])
 
 
+def test_the_helper_follows_the_cold_start_schedule_each_round_even_after_a_restart(tmp_path, caplog):
+    schedule = {**MOON_META, keys.MOON_MU_OFF_ROUNDS: 2, keys.MOON_MU_RAMP_ROUNDS: 1}  # μ = 5: 0, 0, 2.5, 5
+    model = Network(seed=0)
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    mus, terms = [], []
+    with caplog.at_level(logging.INFO):
+        for round_number in range(4):
+            helper = PTMoonHelper(model, state_dir=tmp_path, job_id="job", site="site-1")  # a new process each round
+            helper.start_round(received(model, round_number, schedule))
+            mus.append(helper.mu)
+            terms.append(helper.loss(x, model(x).projection).item())
+            helper.save_local_model()
+    assert mus == [0.0, 0.0, 2.5, 5.0]
+    assert terms[:2] == [0.0, 0.0] and terms[2] > 0 and math.isclose(terms[3], 2 * terms[2], rel_tol=1e-5)
+    assert "site-1: round 2: mu = 2.5" in caplog.text
+    helper.start_round(received(model, 4, MOON_META))  # a recipe that sends no schedule: the constant μ
+    assert helper.mu == 5.0
+
+
 def test_state_folder_is_found_in_process_and_external_and_never_shared(tmp_path):
     site_root = tmp_path / "site-1"
     for job in ("job-a", "job-b"):
@@ -254,7 +273,7 @@ def test_recipes_send_the_settings_and_keep_fedavg_recipe_arguments(tmp_path):
     script.write_text("print('the script')\n")
     recipe = MoonScriptRecipe(
         model=Network(), min_clients=2, num_rounds=3, train_script=str(script), mu=1.5, temperature=0.2,
-        num_previous_models=2, launch_external_process=True, stop_cond="accuracy >= 0.9", patience=2,
+        num_previous_models=2, mu_off_rounds=3, launch_external_process=True, stop_cond="accuracy >= 0.9", patience=2,
     )  # fmt: skip
     recipe.export(str(tmp_path / "jobs"))
     (server,) = (tmp_path / "jobs").glob("*/app/config/config_fed_server.json")
@@ -262,8 +281,9 @@ def test_recipes_send_the_settings_and_keep_fedavg_recipe_arguments(tmp_path):
     (controller,) = json.loads(server.read_text())["workflows"]
     assert controller["path"] == "nvflare_moon.server.settings.SettingsFedAvg"
     assert controller["args"]["client_settings"] == {
-        keys.MOON_MU: 1.5, keys.MOON_TEMPERATURE: 0.2, keys.MOON_NUM_PREVIOUS_MODELS: 2
-    }
+        keys.MOON_MU: 1.5, keys.MOON_TEMPERATURE: 0.2, keys.MOON_NUM_PREVIOUS_MODELS: 2, keys.MOON_MU_OFF_ROUNDS: 3,
+        keys.MOON_MU_RAMP_ROUNDS: 0,
+    }  # fmt: skip
     assert controller["args"]["aggregator"]["path"] == "nvflare_moon.server.aggregators.WeightedFedAvgAggregator"
     assert controller["args"]["num_rounds"] == 3 and controller["args"]["patience"] == 2
     assert controller["args"]["stop_cond"] == "accuracy >= 0.9"

@@ -9,6 +9,8 @@ key                                     method       value
 ``moon_mu``                             MOON, FedSSC μ (FedSSC: μ_moon), float ≥ 0
 ``moon_temperature``                    MOON, FedSSC τ, float > 0
 ``moon_num_previous_models``            MOON, FedSSC m, int ≥ 1
+``moon_mu_off_rounds``                  MOON, FedSSC cold start: μ = 0 in the first K rounds, int ≥ 0 (absent: 0)
+``moon_mu_ramp_rounds``                 MOON, FedSSC cold start: then μ rises over R rounds, int ≥ 0 (absent: 0)
 ``fedssc_mu_glob``                      FedSSC       μ_glob, float ≥ 0
 ``fedssc_min_class_count``              FedSSC       classes seen fewer times are not uploaded, int ≥ 1
 ``fedssc_prototype_clip_norm``          FedSSC       L2 clip of uploaded means, float > 0 or None
@@ -32,6 +34,8 @@ NUM_SAMPLES = "num_samples"
 MOON_MU = "moon_mu"
 MOON_TEMPERATURE = "moon_temperature"
 MOON_NUM_PREVIOUS_MODELS = "moon_num_previous_models"
+MOON_MU_OFF_ROUNDS = "moon_mu_off_rounds"
+MOON_MU_RAMP_ROUNDS = "moon_mu_ramp_rounds"
 FEDSSC_MU_GLOB = "fedssc_mu_glob"
 FEDSSC_MIN_CLASS_COUNT = "fedssc_min_class_count"
 FEDSSC_PROTOTYPE_CLIP_NORM = "fedssc_prototype_clip_norm"

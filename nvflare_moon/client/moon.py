@@ -26,12 +26,13 @@ import torch
 import torch.nn as nn
 
 from ..core.objectives import FedSSCObjective, MoonObjective, Representation, projection_of
+from ..core.schedules import describe_mu_schedule, scheduled_mu
 from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPES, prepare_upload, read_shared_prototypes
 from ..core.training import frozen_copy
 from .common import TermMeans, check_received_weights, site_identity
 from .meta import (
     FEDSSC_MIN_CLASS_COUNT, FEDSSC_MU_GLOB, FEDSSC_PROTOTYPE_CLIP_NORM, FEDSSC_PROTOTYPE_NOISE_STD, MOON_MU,
-    MOON_NUM_PREVIOUS_MODELS, MOON_TEMPERATURE, NUM_SAMPLES, read_setting,
+    MOON_MU_OFF_ROUNDS, MOON_MU_RAMP_ROUNDS, MOON_NUM_PREVIOUS_MODELS, MOON_TEMPERATURE, NUM_SAMPLES, read_setting,
 )  # fmt: skip
 from .uploads import ScriptUploads
 
@@ -41,7 +42,7 @@ logger = logging.getLogger(__name__)
 class PTMoonHelper:
     """MOON's model-contrastive term for a Client API script: ``loss = your_loss + helper.loss(x, z)``.
 
-    Every round, after loading the received weights into ``model``: :meth:`start_round` reads μ, τ and m from the
+    Every round, after loading the received weights into ``model``: :meth:`start_round` reads μ (and its cold-start schedule), τ and m from the
     meta (sent by :class:`~nvflare_moon.client_api_recipes.MoonScriptRecipe`), freezes a copy of the global model and
     loads this site's last m saved models; :meth:`loss` gives μ·ℓ_con for a batch; :meth:`save_local_model` stores the
     trained model for the next rounds, in the job's run folder on the site (see :mod:`nvflare_moon.client.state`), so
@@ -94,15 +95,21 @@ class PTMoonHelper:
             StateFolderNotFound: see :func:`~nvflare_moon.client.state.state_folder`.
         """
         meta = input_model.meta or {}
-        self.mu = read_setting(meta, MOON_MU, self.RECIPE, low=0)
+        round_number = input_model.current_round or 0
+        mu = read_setting(meta, MOON_MU, self.RECIPE, low=0)
         self.temperature = read_setting(meta, MOON_TEMPERATURE, self.RECIPE, low=0, low_inclusive=False)
         self.num_previous_models = read_setting(meta, MOON_NUM_PREVIOUS_MODELS, self.RECIPE, low=1, integer=True)
+        off, ramp = (
+            read_setting(meta, key, self.RECIPE, low=0, integer=True, optional=True) or 0
+            for key in (MOON_MU_OFF_ROUNDS, MOON_MU_RAMP_ROUNDS)
+        )
+        self.mu = scheduled_mu(round_number, mu, off, ramp)
         name = type(self).__name__
         check_received_weights(self.model, input_model.params, name)
         uploads = self._script_uploads()
-        previous = uploads.start_round(
-            input_model.current_round or 0, self.model, self.num_previous_models, without="the contrastive term"
-        )
+        schedule = describe_mu_schedule(mu, off, ramp)
+        logger.info(f"{uploads.site}: round {round_number}: mu = {self.mu:g}" + (f" ({schedule})" if schedule else ""))
+        previous = uploads.start_round(round_number, self.model, self.num_previous_models, without="the contrastive term")
         self.objective = MoonObjective(
             frozen_copy(self.model), previous, self.mu, self.temperature, self.representation_fn or projection_of
         )

@@ -281,6 +281,47 @@ def test_cifar_reader_layout(tmp_path, name):
     assert torch.equal(inner.train.images, s.train.images)
 
 
+def test_cifar_is_decoded_once_then_mapped_and_decoded_again_when_the_files_change(tmp_path, monkeypatch):
+    from nvflare_moon.data import datasets, decoded_cache
+
+    rows, labels = _write_cifar(tmp_path)
+    first = D.load_dataset("cifar10", str(tmp_path))
+    copies = sorted(p.name for p in (tmp_path / "cifar-10-batches-py" / decoded_cache.CACHE_FOLDER).iterdir())
+    assert [c.rsplit("-", 1)[0] for c in copies] == ["cifar10-data_batch_1", "cifar10-test_batch"]
+
+    decoded = []
+    real_decode = datasets._decode_cifar_batches
+    monkeypatch.setattr(datasets, "_decode_cifar_batches", lambda *a: decoded.append(a[1]) or real_decode(*a))
+    D.clear_dataset_cache()  # a new process
+    mapped = D.load_dataset("cifar10", str(tmp_path))
+    assert decoded == [] and mapped is not first
+    assert torch.equal(mapped.train.images, first.train.images) and torch.equal(mapped.test.labels, first.test.labels)
+    assert mapped.train.images[1, 1, 2, 3].item() == rows[1, 1024 + 2 * 32 + 3]
+
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_2"  # the dataset is rebuilt: never read a stale copy
+    with open(batch, "rb") as f:
+        content = pickle.load(f)
+    content["data"] = 255 - content["data"]
+    with open(batch, "wb") as f:
+        pickle.dump(content, f)
+    D.clear_dataset_cache()
+    rebuilt = D.load_dataset("cifar10", str(tmp_path))
+    assert len(decoded) == 1 and not torch.equal(rebuilt.train.images, first.train.images)
+
+
+def test_cifar_in_a_folder_that_cannot_be_written_is_decoded_every_time(tmp_path, monkeypatch):
+    from nvflare_moon.data import decoded_cache
+
+    def read_only(*args, **kwargs):
+        raise PermissionError("read-only file system")
+
+    _write_cifar(tmp_path)
+    monkeypatch.setattr(decoded_cache.tempfile, "mkdtemp", read_only)
+    splits = D.load_dataset("cifar10", str(tmp_path))
+    assert len(splits.train) == 20
+    assert not list((tmp_path / "cifar-10-batches-py").glob(f"{decoded_cache.CACHE_FOLDER}/*"))  # no copy, no error
+
+
 def test_cifar_missing_folder_error(tmp_path):
     with pytest.raises(D.DatasetNotFoundError) as e:
         D.load_dataset("cifar10", str(tmp_path))

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .decoded_cache import load_or_decode
+
 __all__ = [
     "ImageArrays", "DatasetSplits", "DatasetNotFoundError", "DATASETS", "NUM_CLASSES",
     "load_dataset", "load_image_folder", "clear_dataset_cache", "make_synthetic",
@@ -189,7 +191,7 @@ def _read_pickle(path: str, name: str) -> dict:
     return obj
 
 
-def _read_cifar_batches(folder: str, files: list[str], spec: dict, name: str) -> ImageArrays:
+def _decode_cifar_batches(folder: str, files: list[str], spec: dict, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     images, labels = [], []
     for fname in files:
         path = os.path.join(folder, fname)
@@ -204,8 +206,12 @@ def _read_cifar_batches(folder: str, files: list[str], spec: dict, name: str) ->
                                        f"{e}); delete its folder and rebuild it") from e
         images.append(data)
         labels.append(lab)
-    return ImageArrays(torch.from_numpy(np.ascontiguousarray(np.concatenate(images))),
-                       torch.from_numpy(np.concatenate(labels)))
+    return torch.from_numpy(np.ascontiguousarray(np.concatenate(images))), torch.from_numpy(np.concatenate(labels))
+
+
+def _read_cifar_batches(folder: str, files: list[str], spec: dict, name: str) -> ImageArrays:
+    """The split in ``files``: decoded once, then memory-mapped by every later process (see :mod:`.decoded_cache`)."""
+    return ImageArrays(*load_or_decode(folder, files, f"{name}-{files[0]}", lambda: _decode_cifar_batches(folder, files, spec, name)))
 
 
 def _load_cifar(name: str, data_root: str, download: bool) -> DatasetSplits:

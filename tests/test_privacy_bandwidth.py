@@ -22,7 +22,9 @@ from nvflare_moon.recipes import (
     FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
 )  # fmt: skip
 
-from .conftest import TINY_TRAINING
+from nvflare_moon.client_api_recipes import MoonScriptRecipe
+
+from .conftest import REPO, TINY_TRAINING
 
 pytest.importorskip("bitsandbytes", reason="NVFlare's quantization filters import bitsandbytes (extra 'compression')")
 
@@ -130,6 +132,19 @@ def test_privacy_filters_run_before_the_quantizer_on_the_train_result(tmp_path):
         assert sorted(t for c in config[key] for t in c["tasks"]) == ["submit_model", "train", "validate"]
     text = json.dumps(client) + json.dumps(server_config)
     assert '"send_weight_diff": true' in text and '"allow_partial_updates": true' in text
+
+
+def test_script_recipes_quantize_both_ways(tmp_path):
+    recipe = MoonScriptRecipe(name="script_fp16", model=Network(), min_clients=2, quantization="float16",
+                              train_script=str(REPO / "tests" / "client_api_script.py"))  # fmt: skip
+    recipe.export(str(tmp_path))
+    configs = tmp_path / "script_fp16" / "app" / "config"
+    for side, data_filter, result_filter in [("client", "ModelDequantizer", "ModelQuantizer"),
+                                             ("server", "ModelQuantizer", "ModelDequantizer")]:  # fmt: skip
+        config = json.loads((configs / f"config_fed_{side}.json").read_text())
+        for key, expected in [("task_data_filters", data_filter), ("task_result_filters", result_filter)]:
+            chains = {t: [f["path"].rsplit(".", 1)[1] for f in c["filters"]] for c in config[key] for t in c["tasks"]}
+            assert chains == {t: [expected] for t in ("train", "validate", "submit_model")}, (side, key)
 
 
 # ---- in the simulator ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The recipes' privacy and bandwidth options: NVFlare's quantization and privacy filters wired into a job, and the
 refusal of a combination that a method cannot support (``docs/deployment.md``, "Privacy and bandwidth").
 
-* ``quantization``: NVFlare's ``ModelQuantizer`` on what leaves the server and the sites, ``ModelDequantizer`` on what
+* ``quantization``: NVFlare's ``ModelQuantizer`` (:mod:`nvflare_moon.quantization`: integer entries pass) on what leaves the server and the sites, ``ModelDequantizer`` on what
   arrives, for every task. Only the weights are quantized; what travels in the meta (FedSSC's prototypes, SCAFFOLD's
   controls) and everything a site keeps stays in full precision.
 * ``privacy_filters``: NVFlare's ``PercentilePrivacy``, ``SVTPrivacy`` and ``ExcludeVars`` on the sites' train
@@ -96,11 +96,10 @@ def add_update_filters(
         recipe.add_client_output_filter(f, tasks=[train_task])
     if quantization is None:
         return
-    from nvflare.app_opt.pt.quantization.dequantizer import ModelDequantizer
-    from nvflare.app_opt.pt.quantization.quantizer import ModelQuantizer
+    from .quantization import FloatModelDequantizer, FloatModelQuantizer
 
     for tasks in ([train_task], list(other_tasks)):
-        recipe.add_server_output_filter(ModelQuantizer(quantization_type=quantization), tasks=tasks)
-        recipe.add_client_input_filter(ModelDequantizer(), tasks=tasks)
-        recipe.add_client_output_filter(ModelQuantizer(quantization_type=quantization), tasks=tasks)
-        recipe.add_server_input_filter(ModelDequantizer(), tasks=tasks)
+        recipe.add_server_output_filter(FloatModelQuantizer(quantization_type=quantization), tasks=tasks)
+        recipe.add_client_input_filter(FloatModelDequantizer(), tasks=tasks)
+        recipe.add_client_output_filter(FloatModelQuantizer(quantization_type=quantization), tasks=tasks)
+        recipe.add_server_input_filter(FloatModelDequantizer(), tasks=tasks)

@@ -10,7 +10,9 @@ FedAvg controller (:class:`~nvflare_moon.server.SettingsFedAvg`) sends the metho
 (keys in :mod:`nvflare_moon.client.meta`), and the aggregator is ours: weighted FedAvg by the ``num_samples`` each site
 sends, refusing bad updates (:class:`~nvflare_moon.server.WeightedFedAvgAggregator`), plus FedSSC's prototype sharing
 (:class:`~nvflare_moon.server.PrototypeSharingAggregator`) or FedSiam-DA's dual aggregation
-(:class:`~nvflare_moon.server.DualAggregator`). The ``aggregator`` argument is therefore not taken.
+(:class:`~nvflare_moon.server.DualAggregator`). The ``aggregator`` argument is therefore not taken. Every one takes
+``quantization`` (NVFlare's quantizer/dequantizer filters on both sides, as the recipes of :mod:`nvflare_moon.recipes`
+do; see :mod:`nvflare_moon.privacy`).
 """
 
 from typing import Any, Dict, Optional
@@ -22,6 +24,7 @@ from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
 from .client import meta
 from .core.objectives import HISTORY_CHOICES
 from .core.schedules import check_mu_schedule
+from .privacy import add_update_filters, check_quantization
 from .server import (
     DualAggregator, PrototypeSharingAggregator, ScaffoldAggregator, SettingsFedAvg, WeightedFedAvgAggregator,
 )  # fmt: skip
@@ -31,7 +34,9 @@ from .validation import check_choice, check_number
 class _ScriptRecipe(FedAvgRecipe):
     """FedAvgRecipe with our aggregator and the method's settings in every training model's meta."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, *, quantization: Optional[str] = None, **kwargs):
+        check_quantization(quantization)
+        self.quantization = quantization
         if kwargs.get("aggregator") is not None:
             raise ValueError(
                 f"{type(self).__name__} brings its own aggregator (the method's server side); do not pass aggregator="
@@ -40,6 +45,7 @@ class _ScriptRecipe(FedAvgRecipe):
         super().__init__(aggregator=self.make_aggregator(), **kwargs)
         # our classes come from the installed package; a copy in the job's custom/ would shadow it, partially
         self._job.set_app_packages(["nvflare_moon"])
+        add_update_filters(self, quantization, [], "train", ["validate", "submit_model"])  # ClientAPIExecutor's tasks
 
     def make_aggregator(self) -> ModelAggregator:
         return WeightedFedAvgAggregator()

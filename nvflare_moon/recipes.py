@@ -19,10 +19,11 @@ its executors answer ``validate`` and ``submit_model``, and its clients forward 
 import os
 import shutil
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
 from nvflare.apis.executor import Executor
+from nvflare.apis.filter import Filter
 from nvflare.app_common.widgets.convert_to_fed_event import ConvertToFedEvent
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.utils.math_utils import parse_compare_criteria
@@ -38,6 +39,10 @@ from .executors import (
 )  # fmt: skip
 from .core.sampling import sites_per_round
 from .models import Network
+from .privacy import (
+    SCAFFOLD_LIMITS, add_update_filters, check_privacy_filters, check_quantization, refuse_unsupported,
+    sends_weight_diff, withholds_entries,
+)  # fmt: skip
 from .server import (
     DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, RunOutcomeCheck, SampledFedAvg,
     ScaffoldAggregator, ShardCoverageCheck, WeightedFedAvgAggregator,
@@ -81,7 +86,14 @@ class FedAvgBaselineRecipe(Recipe):
         out_dim: size of the projection z.
         byoc: add an (empty of code) ``custom/`` folder so that the job passes NVFlare's default class allow-list;
             set False for sites that allow-list ``nvflare_moon.``.
+        quantization: compress the weights on the wire with NVFlare's quantizer/dequantizer filters on both sides:
+            ``"float16"``, ``"adaquant"`` (CPU), ``"blockwise8"``, ``"float4"``, ``"normfloat4"`` (NVFlare runs these
+            three on a GPU, at the server and every site). None: off. Needs bitsandbytes (extra ``compression``).
+        privacy_filters: NVFlare's ``PercentilePrivacy``, ``SVTPrivacy`` or ``ExcludeVars`` instances, applied in
+            this order to the sites' train results (see :mod:`nvflare_moon.privacy`). Refused for SCAFFOLD.
     """
+
+    option_limits: Dict[str, str] = {}  # option -> why this method cannot take it (refused at build)
 
     def __init__(
         self,
@@ -110,7 +122,12 @@ class FedAvgBaselineRecipe(Recipe):
         stop_cond: Optional[str] = None,
         patience: Optional[int] = None,
         byoc: bool = True,
+        quantization: Optional[str] = None,
+        privacy_filters: Optional[List[Filter]] = None,
     ):
+        check_quantization(quantization)
+        privacy_filters = check_privacy_filters(privacy_filters)
+        refuse_unsupported(type(self).__name__, {"privacy_filters": privacy_filters}, self.option_limits)
         check_number("min_clients", min_clients, low=1, integer=True)
         check_number("num_rounds", num_rounds, low=1, integer=True)
         num_sites = min_clients if num_sites is None else num_sites
@@ -144,6 +161,9 @@ class FedAvgBaselineRecipe(Recipe):
         self.stop_cond = stop_cond
         self.patience = patience
         self.byoc = byoc
+        self.quantization = quantization
+        self.privacy_filters = privacy_filters
+        self.allow_partial_updates = withholds_entries(privacy_filters)  # for make_aggregator
         self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
 
         def network() -> Network:
@@ -157,6 +177,7 @@ class FedAvgBaselineRecipe(Recipe):
                 model=network(), **data_args, num_sites=num_sites, partition=partition, beta=beta, seed=seed,
                 local_epochs=local_epochs, batch_size=batch_size, lr=lr, momentum=momentum,
                 weight_decay=weight_decay, device=device, num_threads=num_threads,
+                send_weight_diff=sends_weight_diff(privacy_filters),
             )
         )  # fmt: skip
 
@@ -184,12 +205,13 @@ class FedAvgBaselineRecipe(Recipe):
             job.to_server(marker)
             job.to_clients(marker)
         super().__init__(job)
+        add_update_filters(self, quantization, privacy_filters, tasks[0], tasks[1:])
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return FedAvgExecutor(**common_args)
 
     def make_aggregator(self) -> ModelAggregator:
-        return WeightedFedAvgAggregator()
+        return WeightedFedAvgAggregator(allow_partial_updates=self.allow_partial_updates)
 
     def controller_args(self) -> Dict[str, Any]:
         """Extra arguments of NVFlare's FedAvg controller."""
@@ -273,8 +295,10 @@ class ScaffoldRecipe(FedAvgBaselineRecipe):
 
     The server is the FedAvg controller with :class:`ScaffoldAggregator` (weighted FedAvg of the weights, and
     ``c ← c + Σ Δc_i / N``); the clients run :class:`ScaffoldExecutor`. Takes every :class:`FedAvgBaselineRecipe`
-    argument.
+    argument but ``privacy_filters``.
     """
+
+    option_limits = SCAFFOLD_LIMITS
 
     def __init__(self, *, name: str = "scaffold_cifar10", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -326,7 +350,7 @@ class FedSSCRecipe(MoonRecipe):
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(
             num_classes=NUM_CLASSES[self.dataset], prototype_dim=self.out_dim, min_class_count=self.min_class_count,
-            seed=self.seed,
+            seed=self.seed, allow_partial_updates=self.allow_partial_updates,
         )  # fmt: skip
 
 
@@ -356,7 +380,7 @@ class FedSiamDARecipe(FedAvgBaselineRecipe):
         return FedSiamDAExecutor(**common_args, mu=self.mu, history=self.history)
 
     def make_aggregator(self) -> ModelAggregator:
-        return DualAggregator(cosine_floor=self.cosine_floor)
+        return DualAggregator(cosine_floor=self.cosine_floor, allow_partial_updates=self.allow_partial_updates)
 
     def extra_network_args(self) -> Dict[str, Any]:
         return {"predictor_hidden_dim": self.predictor_hidden_dim}

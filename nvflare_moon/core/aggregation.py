@@ -31,16 +31,20 @@ def weighted_average(models: List[Mapping[str, np.ndarray]], weights: np.ndarray
     return result
 
 
-def update_problem(params: Mapping[str, np.ndarray], reference: Optional[Mapping[str, np.ndarray]]) -> Optional[str]:
+def update_problem(
+    params: Mapping[str, np.ndarray], reference: Optional[Mapping[str, np.ndarray]], allow_missing: bool = False
+) -> Optional[str]:
     """Why an update cannot be aggregated (non-finite values, missing or extra keys, wrong shapes), or None.
 
-    ``reference`` is any accepted update of the same round, or None for the first one.
+    ``reference`` is the round's global model (or any accepted update of the same round), or None for the first one.
+    ``allow_missing``: an update may lack keys of the reference (a site that withholds layers, e.g. NVFlare's
+    ``ExcludeVars``); extra keys are still refused.
     """
     if not params:
         return "it holds no weights"
     if reference is not None:
         missing, extra = sorted(set(reference) - set(params)), sorted(set(params) - set(reference))
-        if missing or extra:
+        if extra or (missing and not allow_missing):
             return f"its keys differ from the other sites' (missing {missing[:3]}, unexpected {extra[:3]})"
     for name, value in params.items():
         value = np.asarray(value)
@@ -51,3 +55,21 @@ def update_problem(params: Mapping[str, np.ndarray], reference: Optional[Mapping
         if not np.all(np.isfinite(value)):
             return f"{name} holds NaN or Inf"
     return None
+
+
+def full_update(params: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], is_diff: bool) -> Params:
+    """A site's update as full weights: a weight difference is added to ``reference`` (the round's global model), and
+    keys the site withheld take the reference's value (they count as unchanged).
+
+    Float entries come out in at least float32: NVFlare's server-side quantizer converts the global model it sends in
+    place, so the reference may hold float16 copies.
+    """
+    full = {}
+    for name, base in reference.items():
+        value = np.asarray(base)
+        if name in params:
+            value = value + np.asarray(params[name]) if is_diff else np.asarray(params[name])
+        if np.issubdtype(value.dtype, np.floating):
+            value = value.astype(np.result_type(value.dtype, np.float32), copy=False)
+        full[name] = value
+    return full

@@ -84,6 +84,9 @@ class FedAvgExecutor(Executor):
         resume_state_dir: where that job's state is, as ``<resume_state_dir>/<site>/<name>.pt``; None: in the
             site's run folder of that job (POC and production). A continued simulator job sets it, because the
             simulator wipes its workspace at the start.
+        send_weight_diff: send w_local − w_global (``params_type`` DIFF) instead of the weights, for task-result
+            filters made for differences (NVFlare's ``PercentilePrivacy``, ``SVTPrivacy``); our aggregators add it
+            back to the global model. The site's own state (previous models, controls) is unaffected.
     """
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
@@ -115,6 +118,7 @@ class FedAvgExecutor(Executor):
         submit_model_task_name: str = AppConstants.TASK_SUBMIT_MODEL,
         resume_from_job_id: Optional[str] = None,
         resume_state_dir: Optional[str] = None,
+        send_weight_diff: bool = False,
     ):
         super().__init__()
         if isinstance(dataset, str):
@@ -166,6 +170,9 @@ class FedAvgExecutor(Executor):
         self.submit_model_task_name = submit_model_task_name
         self.resume_from_job_id = resume_from_job_id
         self.resume_state_dir = resume_state_dir
+        if not isinstance(send_weight_diff, bool):
+            raise ValueError(f"send_weight_diff must be True or False, got {send_weight_diff!r}")
+        self.send_weight_diff = send_weight_diff
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None
         self._train_data = None
@@ -329,9 +336,12 @@ class FedAvgExecutor(Executor):
             + _format(metrics),
         )
         self._stream_metrics(metrics, round_number, fl_ctx)
+        params = state_dict_to_numpy(self._net)
+        if self.send_weight_diff:
+            params = {name: value - np.asarray(received.params[name]) for name, value in params.items()}
         reply = FLModel(
-            params=state_dict_to_numpy(self._net),
-            params_type=ParamsType.FULL,
+            params=params,
+            params_type=ParamsType.DIFF if self.send_weight_diff else ParamsType.FULL,
             metrics=metrics,
             meta={"num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: result.steps, **self.extra_meta()},
         )

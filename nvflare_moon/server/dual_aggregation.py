@@ -25,12 +25,13 @@ class DualAggregator(WeightedFedAvgAggregator):
 
     Args:
         cosine_floor: ε > 0, the weight numerator of a site whose cosine is ≤ 0.
+        allow_partial_updates: as for :class:`WeightedFedAvgAggregator` (a withheld entry counts as the global's).
     """
 
     _always_serialize_args = ("cosine_floor",)  # visible in job configs
 
-    def __init__(self, cosine_floor: float = 1e-6):
-        super().__init__()
+    def __init__(self, cosine_floor: float = 1e-6, allow_partial_updates: bool = False):
+        super().__init__(allow_partial_updates=allow_partial_updates)
         check_number("cosine_floor", cosine_floor, low=0, low_inclusive=False)
         self.cosine_floor = cosine_floor
         self._dual: Optional[DualAggregation] = None

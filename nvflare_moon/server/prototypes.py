@@ -32,12 +32,16 @@ class PrototypeSharingAggregator(WeightedFedAvgAggregator):
         prototype_dim: D, the size of the projection z (the network's ``out_dim``).
         min_class_count: a site is eligible for a class when it saw at least this many of its samples (paper: 10).
         seed: seed of the draw.
+        allow_partial_updates: as for :class:`WeightedFedAvgAggregator`.
     """
 
     _always_serialize_args = ("num_classes", "prototype_dim", "min_class_count", "seed")  # visible in job configs
 
-    def __init__(self, num_classes: int, prototype_dim: int = 256, min_class_count: int = 10, seed: int = 0):
-        super().__init__()
+    def __init__(
+        self, num_classes: int, prototype_dim: int = 256, min_class_count: int = 10, seed: int = 0,
+        allow_partial_updates: bool = False,
+    ):  # fmt: skip
+        super().__init__(allow_partial_updates=allow_partial_updates)
         check_number("num_classes", num_classes, low=1, integer=True)
         check_number("prototype_dim", prototype_dim, low=1, integer=True)
         check_number("min_class_count", min_class_count, low=1, integer=True)

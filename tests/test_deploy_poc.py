@@ -1,12 +1,14 @@
 """NVFlare's POC mode on loopback: the poc/ scripts, jobs through the FLARE API, and the faults a federation meets.
 
 One POC (a server and two sites, on a free port) serves the whole module: poc/prepare.py and poc/start.py bring it
-up, poc/stop.py takes it down. Three tiny MOON jobs run on it at the same time, so every one is also a job running
+up, poc/stop.py takes it down. Four tiny MOON jobs run on it at the same time, so every one is also a job running
 beside others on the same sites:
 
 - ``moon_a``: submitted, awaited and downloaded by ``poc/run_job.py`` (FLARE API);
 - ``moon_killed``: site-1's job process is SIGKILLed during round 2 (0-based); NVFlare fails the job, and its
   continuation (``submit.continue_job``) runs the rounds left with every site's state;
+- ``moon_script_poc``: MOON inside a Client API script (``client_api_script.py``, :class:`MoonScriptRecipe`): each
+  site's previous model is the one it sent the round before, kept in the job's run folder on the site;
 - ``moon_spoiled``: site-2 sends a NaN, a missing-key and a wrong-shape update in rounds 0-2 (the malformed ones
   before site-1's honest ones), and both sites a NaN one in round 3 (a test-only executor shipped in the job's
   ``custom/``; Inf is covered by test_bad_updates.py).
@@ -27,10 +29,12 @@ import pytest
 import torch
 
 from nvflare_moon import submit
+from nvflare_moon.client_api_recipes import MoonScriptRecipe
 from nvflare_moon.resume import last_global_model
 from nvflare_moon.core.state import SiteStateStore
 
 from .conftest import REPO
+from .test_client_api_e2e import SCRIPT, script_module
 from .federation import (
     connect, export_tiny_moon, free_port, kill, nvflare_env, pids_of, run_script, saved_state, wait_until,
 )  # fmt: skip
@@ -129,7 +133,12 @@ def kill_job_process_after_round(poc: Poc, job_id: str, site: str, round_number:
 def outcomes(poc):
     jobs = poc.root / "jobs"
     job_a = export_tiny_moon(jobs, "moon_a", ROUNDS)
+    MoonScriptRecipe(
+        name="moon_script_poc", model=script_module().TinyNet(), min_clients=len(SITES), num_rounds=ROUNDS,
+        train_script=str(SCRIPT), train_args=f"--records {poc.root / 'script_records.jsonl'}", mu=2.0,
+    ).export(str(jobs / "script"))
     paths = {
+        "script": jobs / "script" / "moon_script_poc",
         "killed": export_tiny_moon(jobs, "moon_killed", KILLED_ROUNDS),
         "spoiled": spoiling_job(export_tiny_moon(jobs, "moon_spoiled", len(SPOIL_PLAN["site-2"]))),
     }
@@ -203,6 +212,18 @@ def test_run_job_script_runs_a_moon_job_with_the_flare_api_and_downloads_its_res
     assert all(set(m["site_weights"]) == set(SITES) for m in metrics)
     assert list(Path(results.tb_events, "global").glob("events.out.tfevents.*"))
     assert "model" in torch.load(results.global_model, weights_only=False)
+
+
+def test_a_client_api_moon_job_keeps_each_sites_previous_model_in_its_run_folder(poc, outcomes):
+    assert outcomes["metas"]["script"]["status"] == submit.COMPLETED
+    records = [json.loads(line) for line in (poc.root / "script_records.jsonl").read_text().splitlines()]
+    by_site = {site: {r["round"]: r for r in records if r["site"] == site} for site in SITES}
+    for site, rounds in by_site.items():
+        assert sorted(rounds) == list(range(ROUNDS)) and rounds[0]["previous"] == []
+        for r in range(1, ROUNDS):
+            assert rounds[r]["previous"] == [rounds[r - 1]["sent"]], (site, r)
+            assert rounds[r]["contrastive"] > 1e-3 and abs(rounds[r]["contrastive"] - np.log(2)) > 1e-3
+        assert (poc.site(site) / outcomes["ids"]["script"] / "nvflare_moon" / "moon_state.pt").is_file()
 
 
 def test_jobs_running_at_once_keep_separate_moon_states(poc, outcomes):

@@ -1,7 +1,9 @@
-"""A Client API training script for the end-to-end tests: MOON through PTMoonHelper on tiny synthetic data.
+"""A Client API training script for the end-to-end tests, on tiny synthetic data: MOON through PTMoonHelper, or
+SCAFFOLD through PTPersistentScaffoldHelper (``--method scaffold``).
 
-Each training task appends one JSON line to ``--records``: the site, round and PID, the hashes of the previous models
-the helper gave the round and of the model sent, and the round's mean contrastive term and loss.
+Each training task appends one JSON line to ``--records``: the site, round and PID, the hashes of the state the helper
+gave the round (MOON: the previous models; SCAFFOLD: the control c_i) and of what it kept for the next round (MOON: the
+model sent; SCAFFOLD: c_i⁺), and MOON's mean contrastive term and the mean loss.
 """
 
 import argparse
@@ -15,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import nvflare.client as flare
-from nvflare_moon.client import PTMoonHelper
+from nvflare_moon.client import PTMoonHelper, PTPersistentScaffoldHelper
 
 
 class TinyNet(nn.Module):
@@ -47,13 +49,18 @@ def site_data(site: str):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", required=True)
+    parser.add_argument("--method", default="moon", choices=["moon", "scaffold"])
     args = parser.parse_args()
+    moon = args.method == "moon"
     torch.set_num_threads(1)
     flare.init()
     site = flare.get_site_name()
     x_all, y_all = site_data(site)
     model = TinyNet()
-    helper = PTMoonHelper(model, representation_fn=lambda net, x: net.encoder(x))
+    if moon:
+        helper = PTMoonHelper(model, representation_fn=lambda net, x: net.encoder(x))
+    else:
+        helper = PTPersistentScaffoldHelper(model)
     while flare.is_running():
         input_model = flare.receive()
         model.load_state_dict(input_model.params)
@@ -61,9 +68,13 @@ def main():
             flare.send(flare.FLModel(metrics={"accuracy": 0.0}))
             continue
         round_number = input_model.current_round
-        helper.start_round(input_model)
-        previous = [state_hash(m.state_dict()) for m in helper.previous_models]
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        if moon:
+            helper.start_round(input_model)
+            previous = [state_hash(m.state_dict()) for m in helper.previous_models]
+        else:
+            helper.start_round(input_model, lr=0.05)
+            previous = [state_hash(helper.round.local_control)]
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9 if moon else 0.0)
         shuffle = torch.Generator().manual_seed(zlib.crc32(f"{site}/{round_number}".encode()))
         order = torch.randperm(64, generator=shuffle)
         losses = []
@@ -71,20 +82,28 @@ def main():
             for batch in order.split(16):
                 x, y = x_all[batch], y_all[batch]
                 z = model.encoder(x)
-                loss = F.cross_entropy(model.classifier(z), y) + helper.loss(x, z)
+                loss = F.cross_entropy(model.classifier(z), y) + (helper.loss(x, z) if moon else 0.0)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+                if not moon:
+                    helper.step()
                 losses.append(float(loss))
-        helper.save_local_model()
         sent = model.state_dict()
+        if moon:
+            helper.save_local_model()
+            meta, kept = helper.upload_meta(num_samples=len(y_all)), state_hash(sent)
+        else:
+            meta = {"num_samples": len(y_all), **helper.finish()}
+            kept = state_hash(helper.round.local_control)
         record = {
-            "site": site, "round": round_number, "pid": os.getpid(), "previous": previous, "sent": state_hash(sent),
-            "contrastive": helper.mean_terms().get("contrastive"), "loss": sum(losses) / len(losses), "mu": helper.mu,
+            "site": site, "round": round_number, "pid": os.getpid(), "previous": previous, "sent": kept,
+            "contrastive": helper.mean_terms().get("contrastive") if moon else None,
+            "loss": sum(losses) / len(losses), "mu": helper.mu if moon else None,
         }  # fmt: skip
         with open(args.records, "a") as f:
             f.write(json.dumps(record) + "\n")
-        flare.send(flare.FLModel(params=sent, meta=helper.upload_meta(num_samples=len(y_all))))
+        flare.send(flare.FLModel(params=sent, meta=meta))
 
 
 if __name__ == "__main__":

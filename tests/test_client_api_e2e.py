@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nvflare_moon.client_api_recipes import MoonScriptRecipe
+from nvflare_moon.client_api_recipes import MoonScriptRecipe, ScaffoldScriptRecipe
 
 from .conftest import REPO, export_and_run
 
@@ -97,3 +97,23 @@ def test_example_job_restarted_per_task(tmp_path, method, evidence):
     round_one = [line for line in done.stdout.splitlines() if "round 1:" in line]
     for site in ("site-1", "site-2"):
         assert any(site in line and evidence in line for line in round_one), (site, round_one)
+
+
+def test_scaffold_script_keeps_its_control_when_restarted_every_task(tmp_path):
+    """NVFlare's PTScaffoldHelper would start c_i from 0 in every new process; PTPersistentScaffoldHelper reloads the
+    control that the site saved in its previous round, under ScaffoldScriptRecipe's server side."""
+    records = tmp_path / "records.jsonl"
+    recipe = ScaffoldScriptRecipe(
+        name="scaffold_script_test", model=script_module().TinyNet(), min_clients=2, num_rounds=3,
+        train_script=str(SCRIPT), train_args=f"--records {records} --method scaffold", command=f"{sys.executable} -u",
+    )  # fmt: skip
+    run = export_and_run(recipe, tmp_path, n=2, t=1, timeout=600)
+    assert run.returncode == 0, run.output[-3000:]
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    for site in ("site-1", "site-2"):
+        rounds = {r["round"]: r for r in lines if r["site"] == site}
+        assert sorted(rounds) == [0, 1, 2]
+        assert len({r["pid"] for r in rounds.values()}) == 3  # a new process for every task
+        assert len({rounds[0]["previous"][0], rounds[0]["sent"], rounds[1]["sent"]}) == 3  # c_i moves every round
+        for r in (1, 2):
+            assert rounds[r]["previous"] == [rounds[r - 1]["sent"]], (site, r)

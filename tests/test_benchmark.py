@@ -370,11 +370,15 @@ def test_practical_protocol_reuses_quicks_runs_and_sets_each_option(tmp_path):
         "fedavg": [0, 1, 2], "moon": [0, 1, 2],
         "moon_cold_start-mu_off_rounds3": [0, 1, 2], "moon_cold_start-mu_off_rounds5": [0, 1, 2],
         "moon_feature_noise-feature_noise_std0.1": [0], "moon_feature_noise-feature_noise_std0.5": [0],
+        "moon_light_history": [0],
     }  # fmt: skip
-    expected_args = {"moon_cold_start": "mu_off_rounds", "moon_feature_noise": "feature_noise_std"}
+    expected_args = {
+        "moon_cold_start": ("mu_off_rounds", 3), "moon_feature_noise": ("feature_noise_std", 0.5),
+        "moon_light_history": ("light_history", True),
+    }  # fmt: skip
     for spec in practical[-2:] + [s for s in practical if s.variant.method == "moon_cold_start"][:1]:
         METHODS[spec.variant.method].launch(spec, str(tmp_path / spec.run_id), None)
         (config,) = (tmp_path / spec.run_id / "job").glob("*/app/config/config_fed_client.json")
         args = json.loads(config.read_text())["executors"][0]["executor"]["args"]
-        name, value = spec.variant.args[0]
-        assert name == expected_args[spec.variant.method] and args[name] == value
+        name, value = expected_args[spec.variant.method]
+        assert args[name] == value

@@ -147,6 +147,14 @@ PROTOCOLS: Dict[str, Protocol] = {
         variants=(Variant("fedavg"), Variant("moon"))
         + tuple(Variant("moon_l2", (("mu", mu),)) for mu in (0.1, 1.0, 5.0)),
     ),
+    "bandwidth": Protocol(
+        name="bandwidth",
+        description="Compressed updates (NVFlare's float16 quantization filters, docs/deployment.md) against full "
+        "precision on the quick settings, MOON and FedAvg at seed 0.",
+        settings=QUICK,
+        variants=(Variant("fedavg"), Variant("moon"))
+        + tuple(Variant(m, (("quantization", "float16"),)) for m in ("fedavg", "moon")),
+    ),
     # K from quick's per-round curves: MOON's deficit is largest in rounds 1-3 and below 4 points from round 4 on
     # (docs/practical_options.md). Plain MOON and FedAvg are quick's runs.
     "practical": Protocol(

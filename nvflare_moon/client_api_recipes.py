@@ -20,7 +20,8 @@ from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
 
 from .client import meta
-from .core.objectives import HISTORY_CHOICES
+from .core.dual_aggregation import VECTORS
+from .core.objectives import HISTORY_BRANCHES, HISTORY_CHOICES
 from .server import (
     DualAggregator, PrototypeSharingAggregator, ScaffoldAggregator, SettingsFedAvg, WeightedFedAvgAggregator,
 )  # fmt: skip
@@ -164,27 +165,37 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
     Args:
         mu: μ of the Siamese and history terms (not published; default 1).
         history: ``"epoch"`` (the previous local epoch's model) or ``"round"`` (the previous round's upload).
+        history_branch: ``"projection"`` (the history term reads z) or ``"predictor"`` (it reads p = predictor(z)).
         cosine_floor: ε that a non-positive cosine is clamped to in the dual aggregation.
+        cosine_vector: vec(w) of the dual aggregation's cosine: ``"state"`` (BatchNorm running statistics included)
+            or ``"parameters"``.
         **kwargs: as for :class:`MoonScriptRecipe`.
     """
 
     def __init__(
-        self, *, name: str = "fedsiam_da_script", mu: float = 1.0, history: str = "epoch", cosine_floor: float = 1e-6,
-        **kwargs,
+        self, *, name: str = "fedsiam_da_script", mu: float = 1.0, history: str = "epoch",
+        history_branch: str = "projection", cosine_floor: float = 1e-6, cosine_vector: str = "state", **kwargs,
     ):  # fmt: skip
         check_number("mu", mu, low=0)
         check_choice("history", history, HISTORY_CHOICES)
+        check_choice("history_branch", history_branch, HISTORY_BRANCHES)
         check_number("cosine_floor", cosine_floor, low=0, low_inclusive=False)
+        check_choice("cosine_vector", cosine_vector, VECTORS)
         self.mu = mu
         self.history = history
+        self.history_branch = history_branch
         self.cosine_floor = cosine_floor
+        self.cosine_vector = cosine_vector
         super().__init__(name=name, **kwargs)
 
     def make_aggregator(self) -> ModelAggregator:
-        return DualAggregator(cosine_floor=self.cosine_floor)
+        return DualAggregator(cosine_floor=self.cosine_floor, cosine_vector=self.cosine_vector)
 
     def client_settings(self) -> Dict[str, Any]:
-        return {meta.FEDSIAM_DA_MU: float(self.mu), meta.FEDSIAM_DA_HISTORY: self.history}
+        return {
+            meta.FEDSIAM_DA_MU: float(self.mu), meta.FEDSIAM_DA_HISTORY: self.history,
+            meta.FEDSIAM_DA_HISTORY_BRANCH: self.history_branch,
+        }  # fmt: skip
 
 
 class ScaffoldScriptRecipe(_ScriptRecipe):

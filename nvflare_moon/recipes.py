@@ -334,26 +334,33 @@ class FedSiamDARecipe(FedAvgBaselineRecipe):
     Args:
         mu: weight μ of the Siamese and history terms (not published; default 1, worth a sweep).
         history: ``"epoch"`` (default: the previous local epoch's model) or ``"round"`` (the previous round's upload).
+        history_branch: what the history term compares with the history model's z_h: ``"projection"`` (default, z_l)
+            or ``"predictor"`` (p_l).
         predictor_hidden_dim: the predictor's hidden size (256→64→256 by default).
         cosine_floor: ε that a non-positive cosine is clamped to in the dual aggregation.
+        cosine_vector: vec(w) of the dual aggregation's cosine: ``"state"`` (default, BatchNorm running statistics
+            included) or ``"parameters"`` (without them).
         **kwargs: every :class:`FedAvgBaselineRecipe` argument.
     """
 
     def __init__(
         self, *, name: str = "fedsiam_da_cifar10", mu: float = 1.0, history: str = "epoch",
-        predictor_hidden_dim: int = 64, cosine_floor: float = 1e-6, **kwargs,
+        history_branch: str = "projection", predictor_hidden_dim: int = 64, cosine_floor: float = 1e-6,
+        cosine_vector: str = "state", **kwargs,
     ):  # fmt: skip
         self.mu = mu
         self.history = history
+        self.history_branch = history_branch
         self.predictor_hidden_dim = predictor_hidden_dim
         self.cosine_floor = cosine_floor
+        self.cosine_vector = cosine_vector
         super().__init__(name=name, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
-        return FedSiamDAExecutor(**common_args, mu=self.mu, history=self.history)
+        return FedSiamDAExecutor(**common_args, mu=self.mu, history=self.history, history_branch=self.history_branch)
 
     def make_aggregator(self) -> ModelAggregator:
-        return DualAggregator(cosine_floor=self.cosine_floor)
+        return DualAggregator(cosine_floor=self.cosine_floor, cosine_vector=self.cosine_vector)
 
     def extra_network_args(self) -> Dict[str, Any]:
         return {"predictor_hidden_dim": self.predictor_hidden_dim}

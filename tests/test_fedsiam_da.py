@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from nvflare_moon.core.dual_aggregation import dual_aggregate, float_vector
+from nvflare_moon.core.dual_aggregation import dual_aggregate, float_vector, vector_keys
 from nvflare_moon.executors import FedSiamDAExecutor
 from nvflare_moon.core.losses import simsiam_distance
 from nvflare_moon.models import Network, ProjectionModel
@@ -260,9 +260,8 @@ def test_a_zero_fedavg_model_gives_uniform_weights():
 
 
 def test_float_vector_is_the_sorted_float_entries():
-    np.testing.assert_array_equal(
-        float_vector({"z": np.array([3.0]), "a": np.array([[1.0, 2.0]]), "k": np.array(5, np.int64)}), [1.0, 2.0, 3.0]
-    )
+    params = {"z": np.array([3.0]), "a": np.array([[1.0, 2.0]]), "k": np.array(5, np.int64)}
+    np.testing.assert_array_equal(float_vector(params, vector_keys(params)), [1.0, 2.0, 3.0])
 
 
 def test_dual_aggregator_logs_xi_in_meta_and_warns_naming_the_clamped_site(caplog):

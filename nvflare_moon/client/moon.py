@@ -27,8 +27,8 @@ import torch.nn as nn
 
 from ..core.objectives import FedSSCObjective, MoonObjective, Representation, projection_of
 from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPES, prepare_upload, read_shared_prototypes
-from ..core.training import frozen_copy
-from .common import TermMeans, check_received_weights, site_identity
+from ..core.training import TermMeans, frozen_copy
+from .common import check_received_weights, site_identity
 from .meta import (
     FEDSSC_MIN_CLASS_COUNT, FEDSSC_MU_GLOB, FEDSSC_PROTOTYPE_CLIP_NORM, FEDSSC_PROTOTYPE_NOISE_STD, MOON_MU,
     MOON_NUM_PREVIOUS_MODELS, MOON_TEMPERATURE, NUM_SAMPLES, read_setting,

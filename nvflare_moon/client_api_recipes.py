@@ -116,13 +116,16 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         prototype_clip_norm: clip each uploaded mean to this L2 norm (None: off).
         prototype_noise_std: σ of the Gaussian noise on uploaded means (0: off).
         seed: seed of the server's prototype draw.
+        exclude_own_prototype: a site never gets its own class mean back (the helper takes the alternate the server
+            sends; see :class:`~nvflare_moon.server.PrototypeSharingAggregator`). Default False.
         **kwargs: as for :class:`MoonScriptRecipe`.
     """
 
     def __init__(
         self, *, name: str = "fedssc_script", num_classes: int, prototype_dim: int, mu_moon: float = 5.0,
         mu_glob: float = 1.0, temperature: float = 0.5, num_previous_models: int = 1, min_class_count: int = 10,
-        prototype_clip_norm: Optional[float] = None, prototype_noise_std: float = 0.0, seed: int = 0, **kwargs,
+        prototype_clip_norm: Optional[float] = None, prototype_noise_std: float = 0.0, seed: int = 0,
+        exclude_own_prototype: bool = False, **kwargs,
     ):  # fmt: skip
         check_number("mu_glob", mu_glob, low=0)
         check_number("min_class_count", min_class_count, low=1, integer=True)
@@ -137,6 +140,7 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         self.prototype_clip_norm = prototype_clip_norm
         self.prototype_noise_std = prototype_noise_std
         self.seed = seed
+        self.exclude_own_prototype = exclude_own_prototype
         super().__init__(
             name=name, mu=mu_moon, temperature=temperature, num_previous_models=num_previous_models, **kwargs
         )
@@ -144,7 +148,7 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(
             num_classes=self.num_classes, prototype_dim=self.prototype_dim, min_class_count=self.min_class_count,
-            seed=self.seed,
+            seed=self.seed, exclude_own_prototype=self.exclude_own_prototype,
         )  # fmt: skip
 
     def client_settings(self) -> Dict[str, Any]:

@@ -200,7 +200,7 @@ class PTFedSSCHelper(PTMoonHelper):
         shared = None
         try:
             dim = np.shape(meta[PROTOTYPES])[-1] if PROTOTYPES in meta else 0
-            shared = read_shared_prototypes(meta, self.num_classes, dim)
+            shared = read_shared_prototypes(meta, self.num_classes, dim, self._uploads.site)
         except (ValueError, IndexError) as e:
             logger.warning(f"{where}: {e}; training this round without the prototype term")
         prototypes = available = None

@@ -484,3 +484,33 @@ def test_xi_reaches_the_metrics_file_and_tensorboard_and_builds_the_global_model
         else:
             expected = round(sum(fedavg[s] * float(u[name]) for s, u in zip(SITES, uploads)))
             assert int(value) == expected
+
+
+@pytest.fixture(scope="module")
+def fedsiam_options_run(tmp_path_factory):
+    recipe = FedSiamDARecipe(
+        name="fedsiam_options", min_clients=2, num_rounds=2, history="round", history_branch="predictor",
+        cosine_vector="parameters", **TINY_TRAINING,
+    )  # fmt: skip
+    return export_and_run(recipe, tmp_path_factory.mktemp("fedsiam_options_e2e"), n=2, t=2)
+
+
+@pytest.mark.e2e
+def test_the_history_round_predictor_and_parameters_options_end_to_end(fedsiam_options_run):
+    """history="round": no history term in a site's first round, the previous upload in the next; the server's
+    cosines are those of the parameters-only vector of the uploads."""
+    run, sites = fedsiam_options_run, SITES[:2]
+    assert run.returncode == 0, run.output[-3000:]
+    metrics = run.global_metrics()
+    assert [m["round"] for m in metrics] == [0, 1]
+    assert run.output.count("training without the history term") == len(sites)  # not "... in the first epoch"
+    for site in sites:
+        assert "train_history" not in metrics[0]["site_metrics"][site]
+        assert "train_history" in metrics[1]["site_metrics"][site]
+    uploads = [{k: v.numpy() for k, v in run.last_upload(s, "fedsiam_da_state")[1].items()} for s in sites]
+    weights = np.array([metrics[-1]["site_weights"][s] for s in sites])
+    expected = dual_aggregate(uploads, weights, vector="parameters").cosines
+    with_statistics = dual_aggregate(uploads, weights, vector="state").cosines
+    assert not np.allclose(expected, with_statistics, rtol=0, atol=1e-9)
+    got = [metrics[-1]["site_dual_cosines"][s] for s in sites]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

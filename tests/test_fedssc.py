@@ -487,3 +487,34 @@ def test_prototypes_make_the_round_trip_through_nvflare(fedssc_run):
     assert prototypes.dtype == np.float32 and prototypes.shape == (10, 256) and available.dtype == bool
     assert available.sum() == sum(metrics[-1]["site_prototype_classes"].values())
     assert np.all(np.linalg.norm(prototypes[available], axis=1) > 0) and not prototypes[~available].any()
+
+
+@pytest.fixture(scope="module")
+def fedssc_options_run(tmp_path_factory):
+    recipe = FedSSCRecipe(
+        name="fedssc_options", min_clients=2, num_rounds=2, prototype_clip_norm=1.0, prototype_noise_std=0.01,
+        exclude_own_prototype=True, **TINY_TRAINING,
+    )  # fmt: skip
+    return export_and_run(recipe, tmp_path_factory.mktemp("fedssc_options_e2e"), n=2, t=2)
+
+
+@pytest.mark.e2e
+def test_clipping_noise_and_exclusion_end_to_end(fedssc_options_run):
+    """Uploaded prototypes are clipped to norm 1 and then noised; with two sites each site trains on the other's."""
+    run, sites = fedssc_options_run, SITES[:2]
+    assert run.returncode == 0, run.output[-3000:]
+    metrics = run.global_metrics()
+    assert [m["round"] for m in metrics] == [0, 1]
+    meta = torch.load(run.server_dir() / "app_server" / "FL_global_model.pt", weights_only=False)["meta_props"]
+    available = meta[PROTOTYPE_AVAILABLE]
+    norms = np.linalg.norm(meta[PROTOTYPES][available], axis=1)
+    # clipped to ≤ 1, then N(0, 0.01²) per entry: a noise vector of norm ≈ 0.01·√256 = 0.16
+    assert available.any() and np.all(norms < 1.0 + 0.5) and np.any(np.abs(norms - 1.0) > 1e-4)
+    sources = meta[PROTOTYPE_SOURCES]
+    assert set(s for s in sources if s) <= set(sites)
+    # a class drawn from site A reaches site B as A's mean, and site A as B's alternate
+    both = meta[ALTERNATE_AVAILABLE] & available
+    for site in sites:
+        assert f"{site}: round 1: received prototypes" in run.output
+    assert np.all(meta[ALTERNATE_AVAILABLE] <= available)
+    assert not np.array_equal(meta[ALTERNATE_PROTOTYPES][both], meta[PROTOTYPES][both]) or not both.any()

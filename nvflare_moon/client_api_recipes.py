@@ -167,7 +167,8 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
     aggregation on the server.
 
     Args:
-        mu: μ of the Siamese and history terms (not published; default 1).
+        mu: μ of the Siamese and history terms (not published; default 0.01, the best of a sweep on CIFAR-10, see
+            docs/fedssc_fedsiam.md).
         history: ``"epoch"`` (the previous local epoch's model) or ``"round"`` (the previous round's upload).
         history_branch: ``"projection"`` (the history term reads z) or ``"predictor"`` (it reads p = predictor(z)).
         cosine_floor: ε that a non-positive cosine is clamped to in the dual aggregation.
@@ -177,7 +178,7 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
     """
 
     def __init__(
-        self, *, name: str = "fedsiam_da_script", mu: float = 1.0, history: str = "epoch",
+        self, *, name: str = "fedsiam_da_script", mu: float = 0.01, history: str = "epoch",
         history_branch: str = "projection", cosine_floor: float = 1e-6, cosine_vector: str = "state", **kwargs,
     ):  # fmt: skip
         check_number("mu", mu, low=0)

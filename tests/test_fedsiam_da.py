@@ -377,7 +377,8 @@ def test_dual_aggregator_refuses_a_bad_floor():
 def test_committed_job_has_the_defaults():
     client = json.loads((REPO / "jobs/fedsiam_da_cifar10/app/config/config_fed_client.json").read_text())
     args = client["executors"][0]["executor"]["args"]
-    assert (args["mu"], args["history"], args["dataset"], args["local_epochs"]) == (1.0, "epoch", "cifar10", 10)
+    assert (args["mu"], args["history"], args["dataset"], args["local_epochs"]) == (0.01, "epoch", "cifar10", 10)
+    assert args["history_branch"] == "projection"
     assert args["model"]["args"]["predictor_hidden_dim"] == 64
     server = json.loads((REPO / "jobs/fedsiam_da_cifar10/app/config/config_fed_server.json").read_text())
     assert server["workflows"][0]["args"]["aggregator"]["path"].endswith("DualAggregator")

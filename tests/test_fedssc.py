@@ -1,7 +1,9 @@
 """FedSSC: the prototype loss, the class means a site uploads, the server's draw, and the whole job in the simulator."""
 
+import ast
 import json
 import logging
+import re
 import math
 
 import numpy as np
@@ -510,11 +512,17 @@ def test_clipping_noise_and_exclusion_end_to_end(fedssc_options_run):
     norms = np.linalg.norm(meta[PROTOTYPES][available], axis=1)
     # clipped to ≤ 1, then N(0, 0.01²) per entry: a noise vector of norm ≈ 0.01·√256 = 0.16
     assert available.any() and np.all(norms < 1.0 + 0.5) and np.any(np.abs(norms - 1.0) > 1e-4)
-    sources = meta[PROTOTYPE_SOURCES]
-    assert set(s for s in sources if s) <= set(sites)
-    # a class drawn from site A reaches site B as A's mean, and site A as B's alternate
-    both = meta[ALTERNATE_AVAILABLE] & available
-    for site in sites:
-        assert f"{site}: round 1: received prototypes" in run.output
+    assert set(s for s in meta[PROTOTYPE_SOURCES] if s) <= set(sites)
     assert np.all(meta[ALTERNATE_AVAILABLE] <= available)
-    assert not np.array_equal(meta[ALTERNATE_PROTOTYPES][both], meta[PROTOTYPES][both]) or not both.any()
+    # Round 1 trains on round 0's draw. With two sites, a class drawn from site A reaches A only as B's mean, so A
+    # lacks the classes drawn from it that B did not have enough of: predict each site's count from the logs.
+    counts = {
+        site: np.array(json.loads(re.search(rf"{site}: round 0: uploading .*\(counts (\[.*?\])\)", run.output)[1]))
+        for site in sites
+    }
+    drawn = ast.literal_eval(re.search(r"round 0: shared prototypes .*\(class: source site\) (\{.*?\})", run.output)[1])
+    for site, other in (sites, sites[::-1]):
+        expected = sum(1 for c, source in drawn.items() if source != site or counts[other][c] >= 10)
+        assert f"{site}: round 1: received prototypes for {expected} of 10 classes" in run.output
+    assert any(source == site and counts[other][c] < 10 for c, source in drawn.items()
+               for site, other in (sites, sites[::-1])), "the run has no class that tests the exclusion"  # fmt: skip

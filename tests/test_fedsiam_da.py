@@ -24,6 +24,7 @@ from nvflare_moon.server import DualAggregator
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
+from .executor_harness import run_task, site_context, started, tiny_dataset
 
 SITES = ["site-1", "site-2", "site-3"]
 ROUNDS = 3
@@ -409,8 +410,6 @@ def test_recipe_sends_its_options_to_the_executor_and_the_aggregator(tmp_path):
 def test_executor_builds_the_working_copy_from_the_received_weights_and_steps_it(tmp_path):
     """The executor makes the objective after loading the global weights, and its after_step moves the working
     copy: the copy starts at the received weights and ends elsewhere."""
-    from .executor_harness import run_task, site_context, started, tiny_dataset
-
     executor = FedSiamDAExecutor(
         model=tiny_net(seed=5), dataset=tiny_dataset([0, 1, 2, 0, 1, 2, 0, 1]), local_epochs=2, batch_size=4,
         lr=0.05, device="cpu",

@@ -22,7 +22,8 @@ from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
 
 from .client import meta
-from .core.objectives import HISTORY_CHOICES
+from .core.dual_aggregation import VECTORS
+from .core.objectives import HISTORY_BRANCHES, HISTORY_CHOICES
 from .core.schedules import check_mu_schedule
 from .privacy import add_update_filters, check_quantization
 from .server import (
@@ -129,13 +130,16 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         prototype_clip_norm: clip each uploaded mean to this L2 norm (None: off).
         prototype_noise_std: σ of the Gaussian noise on uploaded means (0: off).
         seed: seed of the server's prototype draw.
+        exclude_own_prototype: a site never gets its own class mean back (the helper takes the alternate the server
+            sends; see :class:`~nvflare_moon.server.PrototypeSharingAggregator`). Default False.
         **kwargs: as for :class:`MoonScriptRecipe`.
     """
 
     def __init__(
         self, *, name: str = "fedssc_script", num_classes: int, prototype_dim: int, mu_moon: float = 5.0,
         mu_glob: float = 1.0, temperature: float = 0.5, num_previous_models: int = 1, min_class_count: int = 10,
-        prototype_clip_norm: Optional[float] = None, prototype_noise_std: float = 0.0, seed: int = 0, **kwargs,
+        prototype_clip_norm: Optional[float] = None, prototype_noise_std: float = 0.0, seed: int = 0,
+        exclude_own_prototype: bool = False, **kwargs,
     ):  # fmt: skip
         check_number("mu_glob", mu_glob, low=0)
         check_number("min_class_count", min_class_count, low=1, integer=True)
@@ -150,6 +154,7 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         self.prototype_clip_norm = prototype_clip_norm
         self.prototype_noise_std = prototype_noise_std
         self.seed = seed
+        self.exclude_own_prototype = exclude_own_prototype
         super().__init__(
             name=name, mu=mu_moon, temperature=temperature, num_previous_models=num_previous_models, **kwargs
         )
@@ -157,7 +162,7 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(
             num_classes=self.num_classes, prototype_dim=self.prototype_dim, min_class_count=self.min_class_count,
-            seed=self.seed,
+            seed=self.seed, exclude_own_prototype=self.exclude_own_prototype,
         )  # fmt: skip
 
     def client_settings(self) -> Dict[str, Any]:
@@ -176,29 +181,40 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
     aggregation on the server.
 
     Args:
-        mu: μ of the Siamese and history terms (not published; default 1).
+        mu: μ of the Siamese and history terms (not published; default 0.01, the best of a sweep on CIFAR-10, see
+            docs/fedssc_fedsiam.md).
         history: ``"epoch"`` (the previous local epoch's model) or ``"round"`` (the previous round's upload).
+        history_branch: ``"projection"`` (the history term reads z) or ``"predictor"`` (it reads p = predictor(z)).
         cosine_floor: ε that a non-positive cosine is clamped to in the dual aggregation.
+        cosine_vector: vec(w) of the dual aggregation's cosine: ``"state"`` (BatchNorm running statistics included)
+            or ``"parameters"``.
         **kwargs: as for :class:`MoonScriptRecipe`.
     """
 
     def __init__(
-        self, *, name: str = "fedsiam_da_script", mu: float = 1.0, history: str = "epoch", cosine_floor: float = 1e-6,
-        **kwargs,
+        self, *, name: str = "fedsiam_da_script", mu: float = 0.01, history: str = "epoch",
+        history_branch: str = "projection", cosine_floor: float = 1e-6, cosine_vector: str = "state", **kwargs,
     ):  # fmt: skip
         check_number("mu", mu, low=0)
         check_choice("history", history, HISTORY_CHOICES)
+        check_choice("history_branch", history_branch, HISTORY_BRANCHES)
         check_number("cosine_floor", cosine_floor, low=0, low_inclusive=False)
+        check_choice("cosine_vector", cosine_vector, VECTORS)
         self.mu = mu
         self.history = history
+        self.history_branch = history_branch
         self.cosine_floor = cosine_floor
+        self.cosine_vector = cosine_vector
         super().__init__(name=name, **kwargs)
 
     def make_aggregator(self) -> ModelAggregator:
-        return DualAggregator(cosine_floor=self.cosine_floor)
+        return DualAggregator(cosine_floor=self.cosine_floor, cosine_vector=self.cosine_vector)
 
     def client_settings(self) -> Dict[str, Any]:
-        return {meta.FEDSIAM_DA_MU: float(self.mu), meta.FEDSIAM_DA_HISTORY: self.history}
+        return {
+            meta.FEDSIAM_DA_MU: float(self.mu), meta.FEDSIAM_DA_HISTORY: self.history,
+            meta.FEDSIAM_DA_HISTORY_BRANCH: self.history_branch,
+        }  # fmt: skip
 
 
 class ScaffoldScriptRecipe(_ScriptRecipe):

@@ -22,7 +22,7 @@ JOBS: Dict[str, Callable[[], Recipe]] = {
     "fedprox_cifar10": lambda: FedProxRecipe(name="fedprox_cifar10", mu=0.01),
     "scaffold_cifar10": lambda: ScaffoldRecipe(name="scaffold_cifar10"),
     "fedssc_cifar10": lambda: FedSSCRecipe(name="fedssc_cifar10", mu_moon=5.0, mu_glob=1.0, temperature=0.5),
-    "fedsiam_da_cifar10": lambda: FedSiamDARecipe(name="fedsiam_da_cifar10", mu=1.0, history="epoch"),
+    "fedsiam_da_cifar10": lambda: FedSiamDARecipe(name="fedsiam_da_cifar10", mu=0.01, history="epoch"),
     "moon_cifar100": lambda: MoonRecipe(name="moon_cifar100", dataset="cifar100", arch="resnet50", mu=1.0),
     "fedavg_cifar100": lambda: FedAvgBaselineRecipe(name="fedavg_cifar100", dataset="cifar100", arch="resnet50"),
     "moon_tinyimagenet": lambda: MoonRecipe(

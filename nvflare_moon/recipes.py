@@ -49,6 +49,10 @@ from .server import (
 )  # fmt: skip
 from .validation import check_number
 
+# MOON's best μ per dataset in the MOON paper (Li, He and Song, CVPR 2021, Sec. 4.2: 5 on CIFAR-10, 1 on CIFAR-100 and
+# Tiny-ImageNet; 10 with 50 or more sites, which the scalability jobs set). "synthetic" stands in for CIFAR-10.
+MOON_MU = {"cifar10": 5.0, "cifar100": 1.0, "tinyimagenet": 1.0, "synthetic": 5.0}
+
 _BYOC_README = os.path.join(os.path.dirname(__file__), "job_custom", "README.md")
 
 
@@ -226,7 +230,8 @@ class MoonRecipe(FedAvgBaselineRecipe):
     """MOON (Li, He and Song, CVPR 2021) with the paper's CIFAR-10 defaults.
 
     Args:
-        mu: weight of the model-contrastive term (paper: 5 for CIFAR-10, 1 for CIFAR-100/Tiny-ImageNet, 10 at 50+ sites).
+        mu: weight of the model-contrastive term; None (default): the paper's best for the dataset (:data:`MOON_MU`: 5
+            for CIFAR-10, 1 for CIFAR-100 and Tiny-ImageNet). The paper uses 10 with 50 or more sites.
         temperature: τ (paper: 0.5).
         num_previous_models: how many previous local models serve as negatives (paper: 1).
         representation_loss: ``"contrastive"`` (MOON), or the paper's ℓ2 ablation ``"l2"`` / ``"l2_squared"``
@@ -241,11 +246,11 @@ class MoonRecipe(FedAvgBaselineRecipe):
     """
 
     def __init__(
-        self, *, name: str = "moon_cifar10", mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
-        representation_loss: str = "contrastive", mu_off_rounds: int = 0, mu_ramp_rounds: int = 0,
-        feature_noise_std: float = 0.0, light_history: bool = False, **kwargs,
+        self, *, name: str = "moon_cifar10", mu: Optional[float] = None, temperature: float = 0.5,
+        num_previous_models: int = 1, representation_loss: str = "contrastive", mu_off_rounds: int = 0,
+        mu_ramp_rounds: int = 0, feature_noise_std: float = 0.0, light_history: bool = False, **kwargs,
     ):  # fmt: skip
-        self.mu = mu
+        self.mu = MOON_MU.get(kwargs.get("dataset", "cifar10"), 5.0) if mu is None else mu  # unknown: refused below
         self.temperature = temperature
         self.num_previous_models = num_previous_models
         self.representation_loss = representation_loss
@@ -315,7 +320,8 @@ class FedSSCRecipe(MoonRecipe):
     draws from the sites (:class:`PrototypeSharingAggregator`) and sends back with the next global model.
 
     Args:
-        mu_moon: weight of MOON's term (paper: 5, MOON's best μ for CIFAR-10; 1 for CIFAR-100 and Tiny-ImageNet).
+        mu_moon: weight of MOON's term; None (default): MOON's best μ for the dataset, as the paper says
+            (:data:`MOON_MU`: 5 for CIFAR-10, 1 for CIFAR-100 and Tiny-ImageNet).
         mu_glob: weight of the prototype term (paper: 1).
         temperature: τ of both terms (paper: 0.5).
         num_previous_models: as for MOON (paper: 1).
@@ -323,23 +329,27 @@ class FedSSCRecipe(MoonRecipe):
             in their last local epoch, and sites withhold the others (paper: 10).
         prototype_clip_norm: clip each uploaded prototype to this L2 norm (None: off).
         prototype_noise_std: σ of the Gaussian noise added to uploaded prototypes (0: off).
+        exclude_own_prototype: a site never gets its own class mean back as a prototype (default False; see
+            :class:`PrototypeSharingAggregator`).
         **kwargs: every :class:`MoonRecipe` argument but ``mu`` and ``representation_loss`` (the cold start schedules
             μ_moon) and every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
     """
 
     def __init__(
-        self, *, name: str = "fedssc_cifar10", mu_moon: float = 5.0, mu_glob: float = 1.0, temperature: float = 0.5,
-        num_previous_models: int = 1, min_class_count: int = 10, prototype_clip_norm: Optional[float] = None,
-        prototype_noise_std: float = 0.0, **kwargs,
+        self, *, name: str = "fedssc_cifar10", mu_moon: Optional[float] = None, mu_glob: float = 1.0,
+        temperature: float = 0.5, num_previous_models: int = 1, min_class_count: int = 10,
+        prototype_clip_norm: Optional[float] = None, prototype_noise_std: float = 0.0,
+        exclude_own_prototype: bool = False, **kwargs,
     ):  # fmt: skip
-        self.mu_moon = mu_moon
         self.mu_glob = mu_glob
         self.min_class_count = min_class_count
         self.prototype_clip_norm = prototype_clip_norm
         self.prototype_noise_std = prototype_noise_std
+        self.exclude_own_prototype = exclude_own_prototype
         super().__init__(
             name=name, mu=mu_moon, temperature=temperature, num_previous_models=num_previous_models, **kwargs
         )
+        self.mu_moon = self.mu  # as MoonRecipe resolved it
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return FedSSCExecutor(
@@ -350,7 +360,8 @@ class FedSSCRecipe(MoonRecipe):
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(
             num_classes=NUM_CLASSES[self.dataset], prototype_dim=self.out_dim, min_class_count=self.min_class_count,
-            seed=self.seed, allow_partial_updates=self.allow_partial_updates,
+            seed=self.seed, exclude_own_prototype=self.exclude_own_prototype,
+            allow_partial_updates=self.allow_partial_updates,
         )  # fmt: skip
 
 
@@ -359,28 +370,39 @@ class FedSiamDARecipe(FedAvgBaselineRecipe):
     dual aggregation on the server (:class:`DualAggregator`).
 
     Args:
-        mu: weight μ of the Siamese and history terms (not published; default 1, worth a sweep).
+        mu: weight μ of the Siamese and history terms (not published; default 0.01, the best of the sweep in
+            docs/fedssc_fedsiam.md: 1 does not learn, 0.1 and 0.01 are level with FedAvg after 10 quick rounds).
         history: ``"epoch"`` (default: the previous local epoch's model) or ``"round"`` (the previous round's upload).
+        history_branch: what the history term compares with the history model's z_h: ``"projection"`` (default, z_l)
+            or ``"predictor"`` (p_l).
         predictor_hidden_dim: the predictor's hidden size (256→64→256 by default).
         cosine_floor: ε that a non-positive cosine is clamped to in the dual aggregation.
+        cosine_vector: vec(w) of the dual aggregation's cosine: ``"state"`` (default, BatchNorm running statistics
+            included) or ``"parameters"`` (without them).
         **kwargs: every :class:`FedAvgBaselineRecipe` argument.
     """
 
     def __init__(
-        self, *, name: str = "fedsiam_da_cifar10", mu: float = 1.0, history: str = "epoch",
-        predictor_hidden_dim: int = 64, cosine_floor: float = 1e-6, **kwargs,
+        self, *, name: str = "fedsiam_da_cifar10", mu: float = 0.01, history: str = "epoch",
+        history_branch: str = "projection", predictor_hidden_dim: int = 64, cosine_floor: float = 1e-6,
+        cosine_vector: str = "state", **kwargs,
     ):  # fmt: skip
         self.mu = mu
         self.history = history
+        self.history_branch = history_branch
         self.predictor_hidden_dim = predictor_hidden_dim
         self.cosine_floor = cosine_floor
+        self.cosine_vector = cosine_vector
         super().__init__(name=name, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
-        return FedSiamDAExecutor(**common_args, mu=self.mu, history=self.history)
+        return FedSiamDAExecutor(**common_args, mu=self.mu, history=self.history, history_branch=self.history_branch)
 
     def make_aggregator(self) -> ModelAggregator:
-        return DualAggregator(cosine_floor=self.cosine_floor, allow_partial_updates=self.allow_partial_updates)
+        return DualAggregator(
+            cosine_floor=self.cosine_floor, cosine_vector=self.cosine_vector,
+            allow_partial_updates=self.allow_partial_updates,
+        )  # fmt: skip
 
     def extra_network_args(self) -> Dict[str, Any]:
         return {"predictor_hidden_dim": self.predictor_hidden_dim}

@@ -19,7 +19,9 @@ from nvflare_moon.client import (
 )  # fmt: skip
 from nvflare_moon.client import meta as keys
 from nvflare_moon.client.state import find_run_folder
-from nvflare_moon.client_api_recipes import FedSSCScriptRecipe, MoonScriptRecipe, ScaffoldScriptRecipe
+from nvflare_moon.client_api_recipes import (
+    FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe, ScaffoldScriptRecipe,
+)  # fmt: skip
 from nvflare_moon.core.aggregation import normalized_weights, weighted_average
 from nvflare_moon.core.objectives import MoonObjective
 from nvflare_moon.core.previous_uploads import PreviousUploads
@@ -239,7 +241,7 @@ def test_fedssc_prototypes_round_trip_through_the_meta(tmp_path):
 
 
 def test_fedsiam_da_history_survives_a_restart_and_the_working_copy_steps(tmp_path):
-    meta = {keys.FEDSIAM_DA_MU: 1.0, keys.FEDSIAM_DA_HISTORY: "epoch"}
+    meta = {keys.FEDSIAM_DA_MU: 1.0, keys.FEDSIAM_DA_HISTORY: "epoch", keys.FEDSIAM_DA_HISTORY_BRANCH: "projection"}
     model = Network(seed=0, predictor_hidden_dim=8)
     first = PTFedSiamDAHelper(model, state_dir=tmp_path, job_id="job", site="site-1")
     optimizer = sgd(model, 0.05, 0.9, 0.0)
@@ -266,6 +268,29 @@ def test_fedsiam_da_history_survives_a_restart_and_the_working_copy_steps(tmp_pa
     x, _ = batches(1, 1)[0]
     restarted.loss(x, restarted_model(x).projection)
     assert set(restarted.mean_terms()) == {"siamese", "history"}
+
+
+def test_fedsiam_da_script_recipe_sends_the_history_branch_and_the_helper_uses_it(tmp_path):
+    script = tmp_path / "client.py"
+    script.write_text("print('the script')\n")
+    recipe = FedSiamDAScriptRecipe(
+        model=Network(predictor_hidden_dim=8), min_clients=2, train_script=str(script), mu=0.1,
+        history_branch="predictor", cosine_vector="parameters",
+    )  # fmt: skip
+    assert recipe.client_settings() == {
+        keys.FEDSIAM_DA_MU: 0.1, keys.FEDSIAM_DA_HISTORY: "epoch", keys.FEDSIAM_DA_HISTORY_BRANCH: "predictor"
+    }
+    assert recipe.aggregator.cosine_vector == "parameters"
+    for bad in ({"history_branch": "z"}, {"cosine_vector": "weights"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            FedSiamDAScriptRecipe(model=Network(predictor_hidden_dim=8), min_clients=2, train_script=str(script), **bad)
+    model = Network(seed=0, predictor_hidden_dim=8)
+    helper = PTFedSiamDAHelper(model, state_dir=tmp_path, job_id="job", site="site-1")
+    helper.start_round(received(model, 0, recipe.client_settings()), sgd(model, 0.05, 0.9, 0.0))
+    assert helper.history_branch == "predictor" and helper.objective.history_branch == "predictor"
+    without = {k: v for k, v in recipe.client_settings().items() if k != keys.FEDSIAM_DA_HISTORY_BRANCH}
+    with pytest.raises(ValueError, match=keys.FEDSIAM_DA_HISTORY_BRANCH):
+        helper.start_round(received(model, 1, without), sgd(model, 0.05, 0.9, 0.0))
 
 
 def test_recipes_send_the_settings_and_keep_fedavg_recipe_arguments(tmp_path):

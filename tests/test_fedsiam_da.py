@@ -11,9 +11,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from nvflare.apis.fl_constant import ReturnCode
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from nvflare_moon.core.dual_aggregation import dual_aggregate, float_vector
+from nvflare_moon.core.dual_aggregation import dual_aggregate, float_vector, vector_keys
 from nvflare_moon.executors import FedSiamDAExecutor
 from nvflare_moon.core.losses import simsiam_distance
 from nvflare_moon.models import Network, ProjectionModel
@@ -23,6 +24,7 @@ from nvflare_moon.server import DualAggregator
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
+from .executor_harness import run_task, site_context, started, tiny_dataset
 
 SITES = ["site-1", "site-2", "site-3"]
 ROUNDS = 3
@@ -109,6 +111,35 @@ def test_objective_value_matches_a_hand_computation_from_the_three_branches():
     assert terms["siamese"].item() == pytest.approx(siamese, rel=1e-5)
     assert terms["history"].item() == pytest.approx(history, rel=1e-5)
     assert loss.item() == pytest.approx(ce + 0.7 * (siamese + history), rel=1e-5)
+
+
+def test_history_on_the_predictor_matches_a_hand_computation_and_reaches_the_predictor():
+    """history_branch="predictor" reads cos(p_l, sg z_h); "projection" (the default) cos(z_l, sg z_h), which gives the
+    predictor no gradient."""
+    net, objective = round_after_some_local_training(mu=0.7)
+    x, y = batches(1)[0]
+    with torch.no_grad():
+        z_l_t = net(x).projection
+        z_l, p_l = z_l_t.tolist(), net.predictor(z_l_t).tolist()
+        z_h = objective.history_model(x).projection.tolist()
+    n = len(y)
+    by_hand = {
+        "projection": sum(cos(z_l[i], z_h[i]) for i in range(n)) / n,
+        "predictor": sum(cos(p_l[i], z_h[i]) for i in range(n)) / n,
+    }
+    assert abs(by_hand["projection"] - by_hand["predictor"]) > 1e-3  # the two readings differ on this batch
+    assert objective.history_branch == "projection"
+    for branch in ("projection", "predictor"):
+        objective.history_branch = branch
+        net.zero_grad()
+        _, terms = objective(net(x), x, y)
+        assert terms["history"].item() == pytest.approx(by_hand[branch], rel=1e-5), branch
+        terms["history"].backward()
+        reached = [p.grad is not None and p.grad.abs().sum() > 0 for p in net.predictor.parameters()]
+        assert any(reached) == (branch == "predictor"), branch
+        assert net.l1.weight.grad.abs().sum() > 0  # either way it pushes the encoder
+    with pytest.raises(ValueError, match="history_branch"):
+        FedSiamDAObjective(net, None, 1.0, make_sgd, history_branch="logits")
 
 
 def grads(loss, params):
@@ -260,9 +291,8 @@ def test_a_zero_fedavg_model_gives_uniform_weights():
 
 
 def test_float_vector_is_the_sorted_float_entries():
-    np.testing.assert_array_equal(
-        float_vector({"z": np.array([3.0]), "a": np.array([[1.0, 2.0]]), "k": np.array(5, np.int64)}), [1.0, 2.0, 3.0]
-    )
+    params = {"z": np.array([3.0]), "a": np.array([[1.0, 2.0]]), "k": np.array(5, np.int64)}
+    np.testing.assert_array_equal(float_vector(params, vector_keys(params)), [1.0, 2.0, 3.0])
 
 
 def test_dual_aggregator_logs_xi_in_meta_and_warns_naming_the_clamped_site(caplog):
@@ -286,6 +316,57 @@ def test_dual_aggregator_logs_xi_in_meta_and_warns_naming_the_clamped_site(caplo
     assert result.meta["site_dual_cosines"]["site-3"] < 0
 
 
+def bn_state_dicts():
+    """Two sites' simple-CNN state dicts with the predictor (BatchNorm): weights and running statistics differ."""
+    models = []
+    for seed in (1, 2):
+        net = Network(predictor_hidden_dim=64, seed=0)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=generator))
+            net.train()(torch.randn(16, 3, 32, 32, generator=generator))  # BN statistics from the site's batch
+        models.append({k: v.numpy().copy() for k, v in net.state_dict().items()})
+    return models, dict(Network(predictor_hidden_dim=64).named_parameters())
+
+
+def torch_cosines(models, weights, keys):
+    flat = [torch.cat([torch.as_tensor(m[k], dtype=torch.float64).flatten() for k in keys]) for m in models]
+    fedavg = sum(w * f for w, f in zip(weights, flat))
+    return [float(F.cosine_similarity(f, fedavg, dim=0)) for f in flat]
+
+
+def test_dual_aggregation_vector_on_a_real_state_dict_with_batchnorm():
+    """The default ("state") vector holds every float entry, BatchNorm running statistics included; "parameters"
+    holds exactly the network's parameters."""
+    models, parameters = bn_state_dicts()
+    weights = [0.3, 0.7]
+    statistics = [k for k in models[0] if k.endswith(("running_mean", "running_var"))]
+    assert statistics and "predictor.1.running_var" in statistics and "predictor.1.num_batches_tracked" in models[0]
+    assert vector_keys(models[0], "parameters") == sorted(parameters)
+    floats = sorted(k for k in models[0] if not k.endswith("num_batches_tracked"))
+    assert vector_keys(models[0]) == vector_keys(models[0], "state") == floats
+    expected = {"state": torch_cosines(models, weights, floats), "parameters": torch_cosines(models, weights, sorted(parameters))}
+    assert abs(expected["state"][0] - expected["parameters"][0]) > 1e-4  # the statistics move the cosine
+    for vector in ("state", "parameters"):
+        result = dual_aggregate(models, np.array(weights), vector=vector)
+        np.testing.assert_allclose(result.cosines, expected[vector], rtol=1e-9, err_msg=vector)
+        np.testing.assert_allclose(result.xi, np.array(expected[vector]) / sum(expected[vector]), rtol=1e-9)
+        for key in statistics:  # the second aggregation averages the statistics with ξ either way
+            np.testing.assert_allclose(
+                result.params[key], result.xi[0] * models[0][key] + result.xi[1] * models[1][key], rtol=1e-5
+            )
+    # the server component's default is the documented vector, BatchNorm statistics included
+    aggregator = DualAggregator()
+    assert aggregator.cosine_vector == "state"
+    for site, model, n in zip(("site-1", "site-2"), models, (300, 700)):
+        assert aggregator.accept_model(FLModel(params=model, meta={"client_name": site, "num_samples": n}))
+    result = aggregator.aggregate_model()
+    assert list(result.meta["site_dual_cosines"].values()) == pytest.approx(expected["state"], rel=1e-9)
+    with pytest.raises(ValueError, match="vector"):
+        vector_keys(models[0], "weights")
+
+
 def test_dual_aggregator_refuses_a_bad_floor():
     with pytest.raises(ValueError, match="cosine_floor"):
         DualAggregator(cosine_floor=0.0)
@@ -297,7 +378,8 @@ def test_dual_aggregator_refuses_a_bad_floor():
 def test_committed_job_has_the_defaults():
     client = json.loads((REPO / "jobs/fedsiam_da_cifar10/app/config/config_fed_client.json").read_text())
     args = client["executors"][0]["executor"]["args"]
-    assert (args["mu"], args["history"], args["dataset"], args["local_epochs"]) == (1.0, "epoch", "cifar10", 10)
+    assert (args["mu"], args["history"], args["dataset"], args["local_epochs"]) == (0.01, "epoch", "cifar10", 10)
+    assert args["history_branch"] == "projection"
     assert args["model"]["args"]["predictor_hidden_dim"] == 64
     server = json.loads((REPO / "jobs/fedsiam_da_cifar10/app/config/config_fed_server.json").read_text())
     assert server["workflows"][0]["args"]["aggregator"]["path"].endswith("DualAggregator")
@@ -311,6 +393,47 @@ def test_recipe_refuses_bad_settings_by_name():
         FedSiamDARecipe(history="batch")
     with pytest.raises(ValueError, match="cosine_floor"):
         FedSiamDARecipe(cosine_floor=-1.0)
+    with pytest.raises(ValueError, match="history_branch"):
+        FedSiamDARecipe(history_branch="logits")
+    with pytest.raises(ValueError, match="cosine_vector"):
+        FedSiamDARecipe(cosine_vector="weights")
+
+
+def test_recipe_sends_its_options_to_the_executor_and_the_aggregator(tmp_path):
+    FedSiamDARecipe(name="options", history_branch="predictor", cosine_vector="parameters").export(str(tmp_path))
+    config = tmp_path / "options/app/config"
+    client = json.loads((config / "config_fed_client.json").read_text())["executors"][0]["executor"]["args"]
+    server = json.loads((config / "config_fed_server.json").read_text())["workflows"][0]["args"]["aggregator"]
+    assert client["history_branch"] == "predictor" and server["args"]["cosine_vector"] == "parameters"
+
+
+def test_executor_builds_the_working_copy_from_the_received_weights_and_steps_it(tmp_path):
+    """The executor makes the objective after loading the global weights, and its after_step moves the working
+    copy: the copy starts at the received weights and ends elsewhere."""
+    executor = FedSiamDAExecutor(
+        model=tiny_net(seed=5), dataset=tiny_dataset([0, 1, 2, 0, 1, 2, 0, 1]), local_epochs=2, batch_size=4,
+        lr=0.05, device="cpu",
+    )  # fmt: skip
+    ctx = site_context(tmp_path)
+    started(executor, ctx)
+    received = {k: v.numpy().copy() for k, v in tiny_net(seed=0).state_dict().items()}
+    built = []
+    make_objective = executor.make_objective
+
+    def spy(round_number, fl_ctx):
+        objective = make_objective(round_number, fl_ctx)
+        built.append((objective, {k: v.clone() for k, v in objective.working_global.state_dict().items()}))
+        return objective
+
+    executor.make_objective = spy
+    code, _ = run_task(executor, ctx, received)
+    assert code == ReturnCode.OK
+    (objective, at_start), = built
+    for name, value in received.items():
+        np.testing.assert_array_equal(at_start[name].numpy(), value, err_msg=name)
+    moved = objective.working_global.state_dict()
+    assert not torch.equal(moved["l1.weight"], at_start["l1.weight"])  # stepped during local training
+    assert not torch.equal(moved["predictor.0.weight"], at_start["predictor.0.weight"])
 
 
 @pytest.fixture(scope="module")
@@ -361,3 +484,33 @@ def test_xi_reaches_the_metrics_file_and_tensorboard_and_builds_the_global_model
         else:
             expected = round(sum(fedavg[s] * float(u[name]) for s, u in zip(SITES, uploads)))
             assert int(value) == expected
+
+
+@pytest.fixture(scope="module")
+def fedsiam_options_run(tmp_path_factory):
+    recipe = FedSiamDARecipe(
+        name="fedsiam_options", min_clients=2, num_rounds=2, history="round", history_branch="predictor",
+        cosine_vector="parameters", **TINY_TRAINING,
+    )  # fmt: skip
+    return export_and_run(recipe, tmp_path_factory.mktemp("fedsiam_options_e2e"), n=2, t=2)
+
+
+@pytest.mark.e2e
+def test_the_history_round_predictor_and_parameters_options_end_to_end(fedsiam_options_run):
+    """history="round": no history term in a site's first round, the previous upload in the next; the server's
+    cosines are those of the parameters-only vector of the uploads."""
+    run, sites = fedsiam_options_run, SITES[:2]
+    assert run.returncode == 0, run.output[-3000:]
+    metrics = run.global_metrics()
+    assert [m["round"] for m in metrics] == [0, 1]
+    assert run.output.count("training without the history term") == len(sites)  # not "... in the first epoch"
+    for site in sites:
+        assert "train_history" not in metrics[0]["site_metrics"][site]
+        assert "train_history" in metrics[1]["site_metrics"][site]
+    uploads = [{k: v.numpy() for k, v in run.last_upload(s, "fedsiam_da_state")[1].items()} for s in sites]
+    weights = np.array([metrics[-1]["site_weights"][s] for s in sites])
+    expected = dual_aggregate(uploads, weights, vector="parameters").cosines
+    with_statistics = dual_aggregate(uploads, weights, vector="state").cosines
+    assert not np.allclose(expected, with_statistics, rtol=0, atol=1e-9)
+    got = [metrics[-1]["site_dual_cosines"][s] for s in sites]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

@@ -1,7 +1,9 @@
 """FedSSC: the prototype loss, the class means a site uploads, the server's draw, and the whole job in the simulator."""
 
+import ast
 import json
 import logging
+import re
 import math
 
 import numpy as np
@@ -17,8 +19,8 @@ from nvflare_moon.core.losses import prototype_contrastive_loss
 from nvflare_moon.models import Network
 from nvflare_moon.core.objectives import FedSSCObjective, MoonObjective
 from nvflare_moon.core.prototypes import (
-    CLASS_COUNTS, CLASS_MEANS, PROTOTYPE_AVAILABLE, PROTOTYPES, ClassMeanAccumulator, prepare_upload,
-    read_shared_prototypes, select_prototypes, usable_class_means,
+    ALTERNATE_AVAILABLE, ALTERNATE_PROTOTYPES, CLASS_COUNTS, CLASS_MEANS, PROTOTYPE_AVAILABLE, PROTOTYPE_SOURCES,
+    PROTOTYPES, ClassMeanAccumulator, prepare_upload, read_shared_prototypes, select_prototypes, usable_class_means,
 )  # fmt: skip
 from nvflare_moon.recipes import FedSSCRecipe
 from nvflare_moon.server import PrototypeSharingAggregator
@@ -142,6 +144,18 @@ def test_class_means_cover_the_last_epochs_forward_passes_only():
     assert means.dtype == np.float32 and counts.dtype == np.int64
 
 
+def test_class_mean_accumulator_detaches_what_it_records():
+    """The sums must not hold the autograd graph of the batches (that would keep every batch's graph alive)."""
+    acc = ClassMeanAccumulator(num_classes=2)
+    w = torch.tensor(2.0, requires_grad=True)
+    z = w * torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    acc.add(z, torch.tensor([0, 1]))
+    acc.add(z, torch.tensor([1, 1]))
+    assert z.requires_grad and z.grad_fn is not None
+    assert not acc._sums.requires_grad and acc._sums.grad_fn is None
+    np.testing.assert_allclose(acc.result()[0], [[2.0, 4.0], [(6 + 2 + 6) / 3, (8 + 4 + 8) / 3]])
+
+
 def test_class_mean_accumulator_by_hand():
     acc = ClassMeanAccumulator(num_classes=3)
     acc.add(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([0, 0]))
@@ -222,6 +236,31 @@ def test_class_means_are_collected_over_the_last_local_epoch_only(tmp_path):
     assert executor._objective.class_means is None
     executor.before_epoch(2)
     assert executor._objective.class_means is not None
+
+
+def test_executor_uploads_the_mean_projections_of_the_last_local_epoch(tmp_path):
+    """The uploaded means are those of the training forward passes of the last epoch (the model moves between
+    epochs, so the first epoch's, or all epochs', means differ)."""
+    executor, ctx = fedssc_site(tmp_path, local_epochs=3)
+    dataset = executor.dataset
+    label_of = {x.numpy().tobytes(): int(y) for x, y in dataset}
+    forwards = []  # (projections, labels) of every training forward pass, in order
+
+    def record(module, inputs, out):
+        if module.training:
+            labels = [label_of[x.numpy().tobytes()] for x in inputs[0]]
+            forwards.append((out.projection.detach().clone(), torch.tensor(labels)))
+
+    executor.model.register_forward_hook(record)
+    code, reply = run_task(executor, ctx, global_weights())
+    assert code == ReturnCode.OK and len(forwards) == 9  # 3 epochs × 3 batches of 4
+
+    def class_means(passes):
+        z, y = torch.cat([p[0] for p in passes]), torch.cat([p[1] for p in passes])
+        return np.stack([z[y == c].mean(0).numpy() for c in range(NUM_CLASSES)])
+
+    np.testing.assert_allclose(reply.meta[CLASS_MEANS], class_means(forwards[6:]), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(class_means(forwards[:3]), class_means(forwards[6:]), atol=1e-3)  # the test discriminates
 
 
 def test_prototypes_that_do_not_fit_give_a_warning_and_a_round_without_the_term(tmp_path, caplog):
@@ -322,6 +361,58 @@ def test_aggregator_shares_drawn_prototypes_as_numpy_and_warns_naming_the_site(c
     assert aggregator._class_means == {}  # ready for the next round
 
 
+def test_excluding_the_own_prototype_gives_each_site_a_uniform_draw_among_the_others():
+    uploads = {"a": upload(1, [10, 10, 0, 50]), "b": upload(2, [11, 0, 0, 10]), "c": upload(3, [0, 0, 0, 10])}
+    received = {site: {c: [] for c in range(K)} for site in uploads}
+    for seed in range(2000):
+        shared = select_prototypes(uploads, K, D, 10, np.random.default_rng(seed), exclude_own=True)
+        meta = shared.meta()
+        assert meta[PROTOTYPE_SOURCES] == [shared.sources.get(c, "") for c in range(K)]
+        for site in uploads:
+            prototypes, available = read_shared_prototypes(meta, K, D, site)
+            for c in range(K):
+                if available[c]:
+                    (owner,) = [s for s in uploads if np.array_equal(uploads[s][0][c], prototypes[c])]
+                    received[site][c].append(owner)
+    # class 0: a and b eligible: each gets the other's, always
+    assert set(received["a"][0]) == {"b"} and set(received["b"][0]) == {"a"} and len(received["c"][0]) == 2000
+    # class 1: only a is eligible: a gets no prototype of it, the others get a's
+    assert received["a"][1] == [] and set(received["b"][1]) == {"a"}
+    # class 3: all three eligible: every site gets the two others, each about half of the time
+    for site in uploads:
+        owners = received[site][3]
+        assert len(owners) == 2000 and site not in owners
+        assert all(owners.count(other) / 2000 == pytest.approx(0.5, abs=0.04) for other in set(uploads) - {site})
+    plain = select_prototypes(uploads, K, D, 10, np.random.default_rng(0)).meta()
+    assert set(plain) == {PROTOTYPES, PROTOTYPE_AVAILABLE}  # off by default: nothing more is sent
+    assert {ALTERNATE_PROTOTYPES, ALTERNATE_AVAILABLE} <= set(shared.meta())
+
+
+def test_aggregator_and_recipe_pass_the_exclusion_option(tmp_path):
+    aggregator = PrototypeSharingAggregator(num_classes=K, prototype_dim=D, min_class_count=1, exclude_own_prototype=True)
+    for site, seed in (("site-1", 1), ("site-2", 2)):
+        means, counts = upload(seed, [5, 5, 5, 5])
+        meta = {"client_name": site, "num_samples": 10, CLASS_MEANS: means, CLASS_COUNTS: counts}
+        assert aggregator.accept_model(FLModel(params={"w": np.ones(2, np.float32)}, meta=meta))
+    meta = aggregator.aggregate_model().meta
+    assert len(meta[PROTOTYPE_SOURCES]) == K and set(meta[PROTOTYPE_SOURCES]) <= {"site-1", "site-2"}
+    assert meta[ALTERNATE_AVAILABLE].all()
+    with pytest.raises(ValueError, match="exclude_own_prototype"):
+        PrototypeSharingAggregator(num_classes=K, exclude_own_prototype=1)
+    FedSSCRecipe(name="exclude", exclude_own_prototype=True).export(str(tmp_path))
+    server = json.loads((tmp_path / "exclude/app/config/config_fed_server.json").read_text())
+    assert server["workflows"][0]["args"]["aggregator"]["args"]["exclude_own_prototype"] is True
+
+
+def test_mu_moon_defaults_to_moons_best_mu_for_the_dataset():
+    assert FedSSCRecipe().mu_moon == 5.0
+    assert FedSSCRecipe(dataset="cifar100").mu_moon == 1.0
+    assert FedSSCRecipe(dataset="tinyimagenet").mu_moon == 1.0
+    assert FedSSCRecipe(dataset="cifar100", mu_moon=3.0).mu_moon == 3.0
+    recipe = FedSSCRecipe(dataset="cifar100")
+    assert recipe.moon_args()["mu"] == 1.0  # what the executor gets
+
+
 def test_site_reads_what_the_server_sent_and_refuses_what_does_not_fit():
     assert read_shared_prototypes({}, K, D) is None
     sent = {PROTOTYPES: np.ones((K, D), np.float32), PROTOTYPE_AVAILABLE: np.array([True, False, True, True])}
@@ -346,7 +437,9 @@ def test_committed_job_has_the_papers_defaults():
     server = json.loads((REPO / "jobs/fedssc_cifar10/app/config/config_fed_server.json").read_text())
     aggregator = server["workflows"][0]["args"]["aggregator"]
     assert aggregator["path"].endswith("PrototypeSharingAggregator")
-    assert aggregator["args"] == dict(num_classes=10, prototype_dim=256, min_class_count=10, seed=0)
+    assert aggregator["args"] == dict(
+        num_classes=10, prototype_dim=256, min_class_count=10, seed=0, exclude_own_prototype=False
+    )
 
 
 def test_recipe_refuses_bad_settings_by_name():
@@ -396,3 +489,40 @@ def test_prototypes_make_the_round_trip_through_nvflare(fedssc_run):
     assert prototypes.dtype == np.float32 and prototypes.shape == (10, 256) and available.dtype == bool
     assert available.sum() == sum(metrics[-1]["site_prototype_classes"].values())
     assert np.all(np.linalg.norm(prototypes[available], axis=1) > 0) and not prototypes[~available].any()
+
+
+@pytest.fixture(scope="module")
+def fedssc_options_run(tmp_path_factory):
+    recipe = FedSSCRecipe(
+        name="fedssc_options", min_clients=2, num_rounds=2, prototype_clip_norm=1.0, prototype_noise_std=0.01,
+        exclude_own_prototype=True, **TINY_TRAINING,
+    )  # fmt: skip
+    return export_and_run(recipe, tmp_path_factory.mktemp("fedssc_options_e2e"), n=2, t=2)
+
+
+@pytest.mark.e2e
+def test_clipping_noise_and_exclusion_end_to_end(fedssc_options_run):
+    """Uploaded prototypes are clipped to norm 1 and then noised; with two sites each site trains on the other's."""
+    run, sites = fedssc_options_run, SITES[:2]
+    assert run.returncode == 0, run.output[-3000:]
+    metrics = run.global_metrics()
+    assert [m["round"] for m in metrics] == [0, 1]
+    meta = torch.load(run.server_dir() / "app_server" / "FL_global_model.pt", weights_only=False)["meta_props"]
+    available = meta[PROTOTYPE_AVAILABLE]
+    norms = np.linalg.norm(meta[PROTOTYPES][available], axis=1)
+    # clipped to ≤ 1, then N(0, 0.01²) per entry: a noise vector of norm ≈ 0.01·√256 = 0.16
+    assert available.any() and np.all(norms < 1.0 + 0.5) and np.any(np.abs(norms - 1.0) > 1e-4)
+    assert set(s for s in meta[PROTOTYPE_SOURCES] if s) <= set(sites)
+    assert np.all(meta[ALTERNATE_AVAILABLE] <= available)
+    # Round 1 trains on round 0's draw. With two sites, a class drawn from site A reaches A only as B's mean, so A
+    # lacks the classes drawn from it that B did not have enough of: predict each site's count from the logs.
+    counts = {
+        site: np.array(json.loads(re.search(rf"{site}: round 0: uploading .*\(counts (\[.*?\])\)", run.output)[1]))
+        for site in sites
+    }
+    drawn = ast.literal_eval(re.search(r"round 0: shared prototypes .*\(class: source site\) (\{.*?\})", run.output)[1])
+    for site, other in (sites, sites[::-1]):
+        expected = sum(1 for c, source in drawn.items() if source != site or counts[other][c] >= 10)
+        assert f"{site}: round 1: received prototypes for {expected} of 10 classes" in run.output
+    assert any(source == site and counts[other][c] < 10 for c, source in drawn.items()
+               for site, other in (sites, sites[::-1])), "the run has no class that tests the exclusion"  # fmt: skip

@@ -92,6 +92,29 @@ def test_mean_terms_are_the_average_over_steps():
     assert result.mean_terms["loss"] == pytest.approx(sum(seen) / 3, rel=1e-6)
 
 
+def test_each_term_is_averaged_over_the_steps_that_computed_it():
+    """A term computed only in the second epoch (FedSiam-DA's history term in round 0) is its mean over those steps,
+    not diluted by the steps without it; a term in every step is the mean over all of them."""
+    net = tiny_net()
+    epoch = []
+    extra_values = []
+
+    def objective(out, x, y):
+        loss, terms = CrossEntropyObjective()(out, x, y)
+        if epoch[-1] == 1:
+            extra = torch.tensor(float(len(extra_values) + 1))  # 1, 2, 3
+            extra_values.append(extra.item())
+            terms["extra"] = extra
+        return loss, terms
+
+    result = train_local(
+        net, batches(3), objective, sgd(net, 0.01, 0.0, 0.0), epochs=2, device=torch.device("cpu"),
+        before_epoch=epoch.append,
+    )  # fmt: skip
+    assert result.steps == 6 and extra_values == [1.0, 2.0, 3.0]
+    assert result.mean_terms["extra"] == pytest.approx(2.0)  # (1 + 2 + 3) / 3, not / 6
+
+
 def test_abort_stops_before_the_next_step():
     net = tiny_net()
     calls = iter([False, False, True])

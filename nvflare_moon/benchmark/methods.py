@@ -167,5 +167,8 @@ def variant_label(variant: Variant) -> str:
     label = METHODS[variant.method].label
     if not variant.args:
         return label
-    names = {"mu": "μ", "mu_off_rounds": "K", "mu_ramp_rounds": "R", "feature_noise_std": "σ"}
+    names = {
+        "mu": "μ", "mu_off_rounds": "K", "mu_ramp_rounds": "R", "feature_noise_std": "σ", "history_branch": "history on",
+        "cosine_vector": "ξ from",
+    }  # fmt: skip
     return f"{label} (" + ", ".join(f"{names.get(k, k)}={format_value(v)}" for k, v in variant.args) + ")"

@@ -155,6 +155,24 @@ PROTOCOLS: Dict[str, Protocol] = {
         variants=(Variant("fedavg"), Variant("moon"))
         + tuple(Variant(m, (("quantization", "float16"),)) for m in ("fedavg", "moon")),
     ),
+    # Issue 16: FedSiam-DA's readings of its paper, μ × history branch, then the parameters-only dual-aggregation
+    # vector; 10 rounds rank them (docs/fedssc_fedsiam.md). FedAvg's reference is quick's, at round 10.
+    "fedsiam_da_options": Protocol(
+        name="fedsiam_da_options",
+        description="FedSiam-DA on the quick settings cut to 10 rounds: μ ∈ {0.1, 0.01} × the history term on the "
+        "projection or the predictor, and the dual aggregation's cosine on the parameters only at μ = 0.01.",
+        settings=replace(QUICK, rounds=10),
+        # in the order they were run: the parameters-only vector at the best μ of the first two runs, then the rest
+        variants=tuple(
+            Variant("fedsiam_da", (("mu", mu), ("history_branch", branch)))
+            for mu, branch in ((0.1, "predictor"), (0.01, "projection"))
+        )
+        + (Variant("fedsiam_da", (("mu", 0.01), ("history_branch", "projection"), ("cosine_vector", "parameters"))),)
+        + tuple(
+            Variant("fedsiam_da", (("mu", mu), ("history_branch", branch)))
+            for mu, branch in ((0.01, "predictor"), (0.1, "projection"))
+        ),
+    ),
     # K from quick's per-round curves: MOON's deficit is largest in rounds 1-3 and below 4 points from round 4 on
     # (docs/practical_options.md). Plain MOON and FedAvg are quick's runs.
     "practical": Protocol(

@@ -1,7 +1,7 @@
-"""What every Client API helper needs: who and where the script is, a check that the received weights were loaded,
-and the running means of the loss terms it adds."""
+"""What every Client API helper needs: who and where the script is, and a check that the received weights were
+loaded. (The running means of the loss terms are :class:`~nvflare_moon.core.training.TermMeans`.)"""
 
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -37,18 +37,3 @@ def check_received_weights(model: nn.Module, params: Optional[Mapping], helper: 
                 f"the model does not hold the received weights ({name!r} differs): call "
                 f"model.load_state_dict(input_model.params) before {helper}.start_round(input_model)"
             )
-
-
-class TermMeans:
-    """Running means of named loss terms over the steps of a round (kept on the device: no sync per step)."""
-
-    def __init__(self):
-        self._sums: Dict[str, torch.Tensor] = {}
-        self._counts: Dict[str, int] = {}
-
-    def add(self, name: str, value: torch.Tensor) -> None:
-        self._sums[name] = self._sums.get(name, 0.0) + value.detach().float()
-        self._counts[name] = self._counts.get(name, 0) + 1
-
-    def means(self) -> Dict[str, float]:
-        return {name: float(total) / self._counts[name] for name, total in self._sums.items()}

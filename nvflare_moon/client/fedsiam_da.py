@@ -2,7 +2,7 @@
 
     helper = PTFedSiamDAHelper(model, representation_fn=..., predictor_fn=...)
     ...
-        helper.start_round(input_model, optimizer)     # μ and the history mode from the meta; working global copy
+        helper.start_round(input_model, optimizer)     # μ and the history settings from the meta; working global copy
         for epoch in range(epochs):
             helper.start_epoch(epoch)                  # the epoch history snapshot
             for x, y in loader:
@@ -22,10 +22,11 @@ import torch
 import torch.nn as nn
 
 from ..core.objectives import (
-    HISTORY_CHOICES, FedSiamDAObjective, Predictor, Representation, predictor_of, projection_of,
+    HISTORY_BRANCHES, HISTORY_CHOICES, FedSiamDAObjective, Predictor, Representation, predictor_of, projection_of,
 )  # fmt: skip
-from .common import TermMeans, check_received_weights, site_identity
-from .meta import FEDSIAM_DA_HISTORY, FEDSIAM_DA_MU, NUM_SAMPLES, read_setting
+from ..core.training import TermMeans
+from .common import check_received_weights, site_identity
+from .meta import FEDSIAM_DA_HISTORY, FEDSIAM_DA_HISTORY_BRANCH, FEDSIAM_DA_MU, NUM_SAMPLES, read_setting
 from .uploads import ScriptUploads
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def optimizer_like(optimizer: torch.optim.Optimizer, model: nn.Module, copy: nn.
 class PTFedSiamDAHelper:
     """FedSiam-DA's Siamese and history terms for a Client API script: ``loss = your_loss + helper.loss(x, z)``.
 
-    :meth:`start_round` reads μ and the history mode from the meta (sent by
+    :meth:`start_round` reads μ, the history mode and the history branch from the meta (sent by
     :class:`~nvflare_moon.client_api_recipes.FedSiamDAScriptRecipe`), makes the trainable working copy of the received
     global model with an optimizer like yours, and loads the site's previous upload as the history model;
     :meth:`start_epoch` takes the epoch history snapshot; :meth:`step` steps the working copy after your optimizer;
@@ -90,6 +91,7 @@ class PTFedSiamDAHelper:
         self.site = site
         self.mu: Optional[float] = None
         self.history: Optional[str] = None
+        self.history_branch: Optional[str] = None
         self.objective: Optional[FedSiamDAObjective] = None
         self._uploads: Optional[ScriptUploads] = None
         self._terms = TermMeans()
@@ -103,6 +105,11 @@ class PTFedSiamDAHelper:
         self.history = meta.get(FEDSIAM_DA_HISTORY)
         if self.history not in HISTORY_CHOICES:
             raise ValueError(f"meta[{FEDSIAM_DA_HISTORY!r}] must be one of {list(HISTORY_CHOICES)} (run with {RECIPE})")
+        self.history_branch = meta.get(FEDSIAM_DA_HISTORY_BRANCH)
+        if self.history_branch not in HISTORY_BRANCHES:
+            raise ValueError(
+                f"meta[{FEDSIAM_DA_HISTORY_BRANCH!r}] must be one of {list(HISTORY_BRANCHES)} (run with {RECIPE})"
+            )
         check_received_weights(self.model, input_model.params, type(self).__name__)
         if self._uploads is None:
             job_id, site = site_identity(self.job_id, self.site, type(self).__name__)
@@ -117,6 +124,7 @@ class PTFedSiamDAHelper:
             self.mu,
             make_optimizer=lambda working: optimizer_like(optimizer, self.model, working),
             history=self.history,
+            history_branch=self.history_branch,
             representation=self.representation_fn or projection_of,
             predictor=self.predictor_fn or predictor_of,
         )
@@ -133,7 +141,7 @@ class PTFedSiamDAHelper:
         self._started().start_epoch(epoch)
 
     def loss(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """μ·[½·D(p_g, z) + ½·D(p_l, z_g) + cos(z, sg(z_h))] for the batch ``x`` whose projections under ``model``
+        """μ·[½·D(p_g, z) + ½·D(p_l, z_g) + cos(b, sg(z_h))] (b: z or p_l, the history branch) for the batch ``x`` whose projections under ``model``
         are ``z`` (with its gradient); its backward also reaches the working global copy."""
         regularizer, terms = self._started().regularizer(x, z)
         for name, value in terms.items():

@@ -18,6 +18,7 @@ key                                     method       value
 ``prototypes``, ``prototype_available`` FedSSC       the shared [K, D] prototypes and [K] mask (round ≥ 1)
 ``fedsiam_da_mu``                       FedSiam-DA   μ, float ≥ 0
 ``fedsiam_da_history``                  FedSiam-DA   ``"epoch"`` or ``"round"``
+``fedsiam_da_history_branch``           FedSiam-DA   ``"projection"`` or ``"predictor"``
 ======================================  ===========  ==================================================
 
 Site → server, with the trained weights: ``num_samples`` (the FedAvg weight n_k, every method) and, for FedSSC,
@@ -42,6 +43,7 @@ FEDSSC_PROTOTYPE_CLIP_NORM = "fedssc_prototype_clip_norm"
 FEDSSC_PROTOTYPE_NOISE_STD = "fedssc_prototype_noise_std"
 FEDSIAM_DA_MU = "fedsiam_da_mu"
 FEDSIAM_DA_HISTORY = "fedsiam_da_history"
+FEDSIAM_DA_HISTORY_BRANCH = "fedsiam_da_history_branch"
 
 
 def read_setting(meta: Mapping[str, Any], key: str, recipe: str, *, low: float = None, low_inclusive: bool = True,

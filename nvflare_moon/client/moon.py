@@ -28,8 +28,8 @@ import torch.nn as nn
 from ..core.objectives import FedSSCObjective, MoonObjective, Representation, projection_of
 from ..core.schedules import describe_mu_schedule, scheduled_mu
 from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPES, prepare_upload, read_shared_prototypes
-from ..core.training import frozen_copy
-from .common import TermMeans, check_received_weights, site_identity
+from ..core.training import TermMeans, frozen_copy
+from .common import check_received_weights, site_identity
 from .meta import (
     FEDSSC_MIN_CLASS_COUNT, FEDSSC_MU_GLOB, FEDSSC_PROTOTYPE_CLIP_NORM, FEDSSC_PROTOTYPE_NOISE_STD, MOON_MU,
     MOON_MU_OFF_ROUNDS, MOON_MU_RAMP_ROUNDS, MOON_NUM_PREVIOUS_MODELS, MOON_TEMPERATURE, NUM_SAMPLES, read_setting,
@@ -207,7 +207,7 @@ class PTFedSSCHelper(PTMoonHelper):
         shared = None
         try:
             dim = np.shape(meta[PROTOTYPES])[-1] if PROTOTYPES in meta else 0
-            shared = read_shared_prototypes(meta, self.num_classes, dim)
+            shared = read_shared_prototypes(meta, self.num_classes, dim, self._uploads.site)
         except (ValueError, IndexError) as e:
             logger.warning(f"{where}: {e}; training this round without the prototype term")
         prototypes = available = None

@@ -219,12 +219,17 @@ class FedSSCObjective:
 
 
 HISTORY_CHOICES = ("epoch", "round")
+# Which output of the local model the history term compares with sg(z_h): the projection z_l, or the prediction p_l
+# (the paper defines the history similarity "in the same way" as the global one, which is predictor-based).
+HISTORY_BRANCHES = ("projection", "predictor")
 
 
 class FedSiamDAObjective(CrossEntropyObjective):
     """FedSiam-DA's local objective, three branches on the same batch:
 
-        ℓ = CE(local) + μ·[ ½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(z_l, stopgrad(z_h)) ],   D(p, z) = −cos(p, stopgrad(z))
+        ℓ = CE(local) + μ·[ ½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(b_l, stopgrad(z_h)) ],   D(p, z) = −cos(p, stopgrad(z))
+
+    where b_l, the local branch the history term reads, is z_l (``history_branch="projection"``) or p_l (``"predictor"``).
 
     - the local model gives z_l and p_l = predictor(z_l);
     - a **trainable working copy of the received global model**, made here from ``local_model`` (which holds the
@@ -241,6 +246,8 @@ class FedSiamDAObjective(CrossEntropyObjective):
             e.g. ``lambda m: sgd(m, lr, momentum, weight_decay)``.
         history: ``"epoch"`` (default): the local model at the end of the previous local epoch, and in the first epoch
             ``previous_upload``; ``"round"``: ``previous_upload`` throughout, as in MOON.
+        history_branch: ``"projection"`` (default): the history term is cos(z_l, sg z_h), on the projection the
+            classifier reads; ``"predictor"``: cos(p_l, sg z_h), through the predictor, like the Siamese terms.
         representation: z of a model on a batch, ``(model, x) -> [B, D]`` (default: a ProjectionModel's projection).
         predictor: p of a model's z, ``(model, z) -> [B, D]`` (default: ``model.predictor(z)``).
     """
@@ -254,9 +261,12 @@ class FedSiamDAObjective(CrossEntropyObjective):
         history: str = "epoch",
         representation: Representation = projection_of,
         predictor: Predictor = predictor_of,
+        history_branch: str = "projection",
     ):
         if history not in HISTORY_CHOICES:
             raise ValueError(f"history must be one of {list(HISTORY_CHOICES)}, got {history!r}")
+        if history_branch not in HISTORY_BRANCHES:
+            raise ValueError(f"history_branch must be one of {list(HISTORY_BRANCHES)}, got {history_branch!r}")
         if predictor is predictor_of and getattr(local_model, "predictor", None) is None:
             raise ValueError(
                 "FedSiam-DA needs a model with the SimSiam predictor: build it with predictor_hidden_dim=64"
@@ -267,6 +277,7 @@ class FedSiamDAObjective(CrossEntropyObjective):
         self.history_model = previous_upload
         self.mu = mu
         self.history = history
+        self.history_branch = history_branch
         self.representation = representation
         self.predictor = predictor
 
@@ -282,7 +293,7 @@ class FedSiamDAObjective(CrossEntropyObjective):
         self.working_optimizer.zero_grad(set_to_none=True)
 
     def regularizer(self, x: torch.Tensor, z_l: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
-        """``½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(z_l, sg(z_h))`` (the last term without a history model) of the batch
+        """``½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(b_l, sg(z_h))`` (the last term without a history model) of the batch
         ``x`` whose local projections are ``z_l``, and its named parts."""
         p_l = self.predictor(self.local_model, z_l)
         z_g = self.representation(self.working_global, x)
@@ -293,7 +304,8 @@ class FedSiamDAObjective(CrossEntropyObjective):
             return siamese, terms
         with torch.no_grad():
             z_h = self.representation(self.history_model, x)
-        history = -simsiam_distance(z_l, z_h)  # cos(z_l, stopgrad(z_h))
+        branch = p_l if self.history_branch == "predictor" else z_l
+        history = -simsiam_distance(branch, z_h)  # cos(b_l, stopgrad(z_h))
         terms["history"] = history
         return siamese + history, terms
 

@@ -11,6 +11,13 @@ Server, every round, for each class c: the eligible sites are those with n_c ≥
 the right shape. One of them is drawn uniformly at random (a generator seeded by (seed, round)); its mean becomes the
 prototype P_c and c is marked available. The K×D matrix P and the K availability mask go to every site with the next
 global model. Everything in ``FLModel.meta`` is numpy: a torch tensor there crashes the NVFlare server.
+
+Excluding a site's own prototype (an option; the paper speaks of prototypes "from another device"): the server also
+draws, per class, an alternate among the eligible sites other than the drawn one, and sends the alternates and the
+drawn sites' names. A site that is the source of P_c uses the alternate instead (or no prototype of c, if c has only
+one eligible site). Each site then gets a mean drawn uniformly from the eligible sites other than itself: a site that
+is not the drawn one gets the drawn one, uniform over the others; the drawn one gets the alternate, uniform over the
+others. The price: every site learns which site each prototype came from.
 """
 
 from dataclasses import dataclass
@@ -25,6 +32,10 @@ CLASS_COUNTS = "class_counts"  # [K] int64
 # server → sites, with the next global model
 PROTOTYPES = "prototypes"  # [K, D] float32
 PROTOTYPE_AVAILABLE = "prototype_available"  # [K] bool
+# server → sites, only when a site's own prototype is excluded
+PROTOTYPE_SOURCES = "prototype_sources"  # [K] site names, "" for a class without a prototype
+ALTERNATE_PROTOTYPES = "alternate_prototypes"  # [K, D] float32, from another eligible site than the source
+ALTERNATE_AVAILABLE = "alternate_available"  # [K] bool
 
 
 class ClassMeanAccumulator:
@@ -116,9 +127,16 @@ class SharedPrototypes:
     prototypes: np.ndarray  # [K, D] float32, zero rows for unavailable classes
     available: np.ndarray  # [K] bool
     sources: Dict[int, str]  # class -> the site whose mean was drawn
+    alternates: Optional[np.ndarray] = None  # [K, D] float32 (exclude_own only)
+    alternate_available: Optional[np.ndarray] = None  # [K] bool (exclude_own only)
 
-    def meta(self) -> Dict[str, np.ndarray]:
-        return {PROTOTYPES: self.prototypes, PROTOTYPE_AVAILABLE: self.available}
+    def meta(self) -> Dict[str, Any]:
+        meta = {PROTOTYPES: self.prototypes, PROTOTYPE_AVAILABLE: self.available}
+        if self.alternates is not None:
+            meta[PROTOTYPE_SOURCES] = [self.sources.get(c, "") for c in range(len(self.available))]
+            meta[ALTERNATE_PROTOTYPES] = self.alternates
+            meta[ALTERNATE_AVAILABLE] = self.alternate_available
+        return meta
 
 
 def select_prototypes(
@@ -127,42 +145,67 @@ def select_prototypes(
     dim: int,
     min_class_count: int,
     rng: np.random.Generator,
+    exclude_own: bool = False,
 ) -> SharedPrototypes:
-    """For each class, draw one site uniformly among those with count ≥ ``min_class_count``; take its mean.
+    """For each class, draw one site uniformly among those with count ≥ ``min_class_count``; take its mean. With
+    ``exclude_own``, also draw an alternate uniformly among the other eligible sites (see the module's docstring).
 
     ``uploads`` maps each site to its usable ``(means, counts)`` (see :func:`usable_class_means`). Sites are considered
     in sorted order, so the draw depends on ``rng`` alone, not on the order in which the updates arrived.
     """
     prototypes = np.zeros((num_classes, dim), np.float32)
     available = np.zeros(num_classes, bool)
+    alternates, alternate_available = np.zeros_like(prototypes), np.zeros_like(available)
     sources = {}
     for c in range(num_classes):
         eligible = [site for site in sorted(uploads) if uploads[site][1][c] >= min_class_count]
         if eligible:
-            site = eligible[int(rng.integers(len(eligible)))]
+            site = eligible.pop(int(rng.integers(len(eligible))))
             prototypes[c] = uploads[site][0][c]
             available[c] = True
             sources[c] = site
-    return SharedPrototypes(prototypes, available, sources)
+            if exclude_own and eligible:
+                alternates[c] = uploads[eligible[int(rng.integers(len(eligible)))]][0][c]
+                alternate_available[c] = True
+    if not exclude_own:
+        return SharedPrototypes(prototypes, available, sources)
+    return SharedPrototypes(prototypes, available, sources, alternates, alternate_available)
 
 
 def read_shared_prototypes(
-    meta: Mapping[str, Any], num_classes: int, dim: int
+    meta: Mapping[str, Any], num_classes: int, dim: int, site: Optional[str] = None
 ) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-    """The ``(prototypes, available)`` a site received with the global model, or None if the server sent none.
+    """The ``(prototypes, available)`` a site received with the global model, or None if the server sent none. When
+    the server excludes a site's own prototype (it sent ``prototype_sources``), the classes whose source is ``site``
+    take the alternate prototype instead.
 
     Raises:
         ValueError: they were sent but do not fit this site's network (shape, type, or NaN in an available row).
     """
     if PROTOTYPES not in meta and PROTOTYPE_AVAILABLE not in meta:
         return None
-    prototypes, available = np.asarray(meta.get(PROTOTYPES)), np.asarray(meta.get(PROTOTYPE_AVAILABLE))
+    prototypes, available = _checked(meta.get(PROTOTYPES), meta.get(PROTOTYPE_AVAILABLE), num_classes, dim, "")
+    if PROTOTYPE_SOURCES in meta:
+        sources = list(meta[PROTOTYPE_SOURCES])
+        if len(sources) != num_classes:
+            raise ValueError(f"received {len(sources)} prototype sources, expected {num_classes}")
+        alternates, alternate_available = _checked(
+            meta.get(ALTERNATE_PROTOTYPES), meta.get(ALTERNATE_AVAILABLE), num_classes, dim, "alternate "
+        )
+        own = np.array([source == site for source in sources]) & available
+        prototypes = np.where(own[:, None], alternates, prototypes)
+        available = np.where(own, alternate_available, available)
+    return prototypes, available
+
+
+def _checked(prototypes: Any, available: Any, num_classes: int, dim: int, which: str) -> Tuple[np.ndarray, np.ndarray]:
+    prototypes, available = np.asarray(prototypes), np.asarray(available)
     if prototypes.shape != (num_classes, dim) or not np.issubdtype(prototypes.dtype, np.floating):
         got = f"{prototypes.dtype} {prototypes.shape}"
-        raise ValueError(f"received prototypes of {got}, expected float {(num_classes, dim)}")
+        raise ValueError(f"received {which}prototypes of {got}, expected float {(num_classes, dim)}")
     if available.shape != (num_classes,) or available.dtype != bool:
         got = f"{available.dtype} {available.shape}"
-        raise ValueError(f"received an availability mask of {got}, expected bool {(num_classes,)}")
+        raise ValueError(f"received an {which}availability mask of {got}, expected bool {(num_classes,)}")
     if not np.all(np.isfinite(prototypes[available])):
-        raise ValueError("received prototypes hold NaN or Inf")
+        raise ValueError(f"received {which}prototypes hold NaN or Inf")
     return prototypes.astype(np.float32), available

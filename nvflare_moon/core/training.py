@@ -23,6 +23,25 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return frozen
 
 
+class TermMeans:
+    """Running means of named loss terms, each over the steps in which it was computed (a term absent in some steps,
+    such as FedSiam-DA's history term in a first epoch, is not diluted by them). Kept on the device: no sync per step."""
+
+    def __init__(self):
+        self._sums: Dict[str, torch.Tensor] = {}
+        self._counts: Dict[str, int] = {}
+
+    def add(self, name: str, value: torch.Tensor) -> None:
+        self._sums[name] = self._sums.get(name, 0.0) + value.detach().float()
+        self._counts[name] = self._counts.get(name, 0) + 1
+
+    def mean(self, name: str) -> float:
+        return float(self._sums[name]) / self._counts[name]
+
+    def means(self) -> Dict[str, float]:
+        return {name: self.mean(name) for name in self._sums}
+
+
 @dataclass
 class TrainResult:
     steps: int = 0
@@ -42,14 +61,15 @@ def train_local(
     log: Optional[Callable[[str], None]] = None,
     before_epoch: Optional[Callable[[int], None]] = None,
 ) -> TrainResult:
-    """Run ``epochs`` passes of SGD over ``batches`` on ``objective``; report the mean of every loss term.
+    """Run ``epochs`` passes of SGD over ``batches`` on ``objective``; report the mean of every loss term over the
+    steps that computed it (:class:`TermMeans`).
 
     ``should_stop`` is polled before every step (NVFlare's abort signal); ``after_step`` runs after every optimizer
     step (SCAFFOLD's correction); ``before_epoch(epoch)`` runs before every epoch, 0-based (FedSSC starts collecting
     class means before the last one, FedSiam-DA takes its history snapshot).
     """
     model.train()
-    totals: Dict[str, torch.Tensor] = {}
+    terms_so_far = TermMeans()
     result = TrainResult()
     for epoch in range(epochs):
         if before_epoch is not None:
@@ -67,11 +87,11 @@ def train_local(
                 after_step()
             terms["loss"] = loss
             for name, value in terms.items():
-                totals[name] = totals.get(name, 0.0) + value.detach()
+                terms_so_far.add(name, value)
             result.steps += 1
         if log is not None and result.steps:
-            log(f"epoch {epoch + 1}/{epochs}: loss {float(totals['loss']) / result.steps:.4f}")
-    result.mean_terms = {name: float(total) / max(result.steps, 1) for name, total in totals.items()}
+            log(f"epoch {epoch + 1}/{epochs}: loss {terms_so_far.mean('loss'):.4f}")
+    result.mean_terms = terms_so_far.means()
     return result
 
 

@@ -80,7 +80,7 @@ class FedSSCExecutor(MoonExecutor):
         where = f"{fl_ctx.get_identity_name()}: round {received.current_round or 0}"
         num_classes, dim = self.model.l3.out_features, self.model.l3.in_features
         try:
-            self._shared = read_shared_prototypes(received.meta or {}, num_classes, dim)
+            self._shared = read_shared_prototypes(received.meta or {}, num_classes, dim, fl_ctx.get_identity_name())
         except ValueError as e:
             self._shared = None
             self.log_warning(fl_ctx, f"{where}: {e}; training this round without the prototype term")

@@ -8,8 +8,8 @@ import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from ..core.aggregation import Params
-from ..core.dual_aggregation import DualAggregation, dual_aggregate
-from ..validation import check_number
+from ..core.dual_aggregation import VECTORS, DualAggregation, dual_aggregate
+from ..validation import check_choice, check_number
 from .aggregators import WeightedFedAvgAggregator
 
 DUAL_WEIGHTS = "site_dual_weights"  # ξ_k per site; "site_" keys reach TensorBoard and global_metrics.jsonl
@@ -25,19 +25,23 @@ class DualAggregator(WeightedFedAvgAggregator):
 
     Args:
         cosine_floor: ε > 0, the weight numerator of a site whose cosine is ≤ 0.
+        cosine_vector: what vec(w) holds: ``"state"`` (default) every float entry of the state dict, BatchNorm running
+            statistics included; ``"parameters"`` without them (see :mod:`nvflare_moon.core.dual_aggregation`).
         allow_partial_updates: as for :class:`WeightedFedAvgAggregator` (a withheld entry counts as the global's).
     """
 
-    _always_serialize_args = ("cosine_floor",)  # visible in job configs
+    _always_serialize_args = ("cosine_floor", "cosine_vector")  # visible in job configs
 
-    def __init__(self, cosine_floor: float = 1e-6, allow_partial_updates: bool = False):
+    def __init__(self, cosine_floor: float = 1e-6, cosine_vector: str = "state", allow_partial_updates: bool = False):
         super().__init__(allow_partial_updates=allow_partial_updates)
         check_number("cosine_floor", cosine_floor, low=0, low_inclusive=False)
+        check_choice("cosine_vector", cosine_vector, VECTORS)
         self.cosine_floor = cosine_floor
+        self.cosine_vector = cosine_vector
         self._dual: Optional[DualAggregation] = None
 
     def combine(self, models: List[Params], weights: np.ndarray) -> Params:
-        self._dual = dual_aggregate(models, weights, self.cosine_floor)
+        self._dual = dual_aggregate(models, weights, self.cosine_floor, self.cosine_vector)
         return self._dual.params
 
     def aggregate_model(self) -> FLModel:

@@ -32,24 +32,32 @@ class PrototypeSharingAggregator(WeightedFedAvgAggregator):
         prototype_dim: D, the size of the projection z (the network's ``out_dim``).
         min_class_count: a site is eligible for a class when it saw at least this many of its samples (paper: 10).
         seed: seed of the draw.
+        exclude_own_prototype: a site never gets its own class mean back: the server also draws an alternate from
+            another eligible site and sends the drawn sites' names, and the drawn site uses the alternate
+            (see :mod:`nvflare_moon.core.prototypes`). Default False: one draw for all, as in the paper's algorithm.
         allow_partial_updates: as for :class:`WeightedFedAvgAggregator`.
     """
 
-    _always_serialize_args = ("num_classes", "prototype_dim", "min_class_count", "seed")  # visible in job configs
+    _always_serialize_args = (
+        "num_classes", "prototype_dim", "min_class_count", "seed", "exclude_own_prototype",
+    )  # fmt: skip
 
     def __init__(
         self, num_classes: int, prototype_dim: int = 256, min_class_count: int = 10, seed: int = 0,
-        allow_partial_updates: bool = False,
+        exclude_own_prototype: bool = False, allow_partial_updates: bool = False,
     ):  # fmt: skip
         super().__init__(allow_partial_updates=allow_partial_updates)
         check_number("num_classes", num_classes, low=1, integer=True)
         check_number("prototype_dim", prototype_dim, low=1, integer=True)
         check_number("min_class_count", min_class_count, low=1, integer=True)
         check_number("seed", seed, low=0, integer=True)
+        if not isinstance(exclude_own_prototype, bool):
+            raise ValueError(f"exclude_own_prototype must be True or False, got {exclude_own_prototype!r}")
         self.num_classes = num_classes
         self.prototype_dim = prototype_dim
         self.min_class_count = min_class_count
         self.seed = seed
+        self.exclude_own_prototype = exclude_own_prototype
         self._class_means: Dict[str, Tuple[np.ndarray, np.ndarray]] = {}
 
     def accept_model(self, model: FLModel) -> bool:
@@ -74,7 +82,7 @@ class PrototypeSharingAggregator(WeightedFedAvgAggregator):
         result = super().aggregate_model()
         shared = select_prototypes(
             uploads, self.num_classes, self.prototype_dim, self.min_class_count,
-            np.random.default_rng([self.seed, round_number]),
+            np.random.default_rng([self.seed, round_number]), self.exclude_own_prototype,
         )  # fmt: skip
         result.meta.update(shared.meta())
         result.meta[PROTOTYPE_CLASSES] = {

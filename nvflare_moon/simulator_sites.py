@@ -1,4 +1,5 @@
-"""NVFlare 2.9's simulator can start a site's worker under another site's name; this module prevents and detects it.
+"""NVFlare 2.9's simulator can start a site's worker under another site's name, or two workers for one site; this
+module prevents both and detects the first.
 
 ``SimulatorClientRunner.do_one_task`` runs in one thread per ``-t`` worker. Each thread writes the site it is about to
 start into the runner's one shared ``build_ctx`` dict (``build_ctx["client_name"] = ...``) and then sends that dict to
@@ -6,12 +7,18 @@ the new worker process, which takes its identity from it. When another thread wr
 site-2 starts as, say, site-4: site-4's task is trained twice, site-2's shard never, and the job exits 0. Seen here
 with ``-t 10 -n 10`` (where the mix-up lasts the whole run) and with ``-t < -n``.
 
-:func:`keep_simulator_site_names_apart` gives each thread its own copy of ``build_ctx``; importing
+With ``-t < -n`` a thread that finishes a task picks the next site with ``get_next_run_client`` (under the runner's
+lock), but marks it running only later, outside the lock; another thread can pick the same site meanwhile, and two
+workers then run the site's task at once (seen here under load: the same task trained twice, one reply refused).
+
+:func:`keep_simulator_site_names_apart` gives each thread its own copy of ``build_ctx``, and makes the pick claim the
+site at once (released again if the thread does not go on to run it); importing
 :mod:`nvflare_moon.server` applies it inside a simulator, before any site starts. :func:`check_site_identity` is the
 site's own check, for jobs whose server has none of our components: it fails the site's set-up when its name is not
 the one of the workspace folder the simulator made for it.
 """
 
+import functools
 import os
 import sys
 import threading
@@ -34,8 +41,42 @@ def _set_build_ctx(runner, build_ctx: dict) -> None:
     runner.__dict__["_build_ctx_per_thread"] = threading.local()
 
 
+_claims = threading.local()  # the sites this thread picked during its current task
+
+
+def _claiming(get_next_run_client):
+    @functools.wraps(get_next_run_client)
+    def claim_next_run_client(self, gpu):
+        client = get_next_run_client(self, gpu)
+        client.simulate_running = True  # still under the caller's lock: no other thread can pick it now
+        getattr(_claims, "clients", []).append(client)
+        return client
+
+    return claim_next_run_client
+
+
+def _releasing_unused_claims(do_one_task):
+    @functools.wraps(do_one_task)
+    def do_one_task_releasing(self, client, *args, **kwargs):
+        _claims.clients = []
+        outcome = (True, None, None)  # if the task raises: the thread stops
+        try:
+            outcome = do_one_task(self, client, *args, **kwargs)
+            return outcome
+        finally:
+            stop_run, next_client, _ = outcome
+            to_run = None if stop_run else next_client
+            for other in _claims.clients:
+                if other is not client and other is not to_run:
+                    other.simulate_running = False  # picked, but this thread stops or runs another site
+            _claims.clients = []
+
+    return do_one_task_releasing
+
+
 def keep_simulator_site_names_apart() -> bool:
-    """Make ``SimulatorClientRunner.build_ctx`` a per-thread copy, if the simulator is loaded in this process.
+    """Make ``SimulatorClientRunner.build_ctx`` a per-thread copy and its pick of the next site a claim, if the
+    simulator is loaded in this process.
 
     Returns:
         whether the simulator's runner is patched (now or before); False outside a simulator.
@@ -46,6 +87,8 @@ def keep_simulator_site_names_apart() -> bool:
     runner_class = runner_module.SimulatorClientRunner
     if not isinstance(runner_class.__dict__.get("build_ctx"), property):
         runner_class.build_ctx = property(_build_ctx_of_this_thread, _set_build_ctx)
+        runner_class.get_next_run_client = _claiming(runner_class.get_next_run_client)
+        runner_class.do_one_task = _releasing_unused_claims(runner_class.do_one_task)
     return True
 
 

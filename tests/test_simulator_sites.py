@@ -1,5 +1,6 @@
 """The guard against NVFlare 2.9's simulator site-name race (nvflare_moon/simulator_sites.py)."""
 
+import logging
 import threading
 from types import SimpleNamespace
 
@@ -8,7 +9,7 @@ from nvflare.apis.fl_constant import FLContextKey
 from nvflare.private.fed.app.simulator.simulator_runner import SimulatorClientRunner
 
 import nvflare_moon.server  # noqa: F401  (importing it applies the guard, as in the simulator's server process)
-from nvflare_moon.simulator_sites import check_site_identity, keep_simulator_site_names_apart
+from nvflare_moon.simulator_sites import _releasing_unused_claims, check_site_identity, keep_simulator_site_names_apart
 
 
 def test_each_simulator_thread_writes_its_own_site_name():
@@ -29,6 +30,37 @@ def test_each_simulator_thread_writes_its_own_site_name():
     for thread in threads:
         thread.join()
     assert seen == {site: {"client_name": site, "workspace": "/ws"} for site in ("site-1", "site-2")}
+
+
+def runner_with_sites(count: int) -> SimulatorClientRunner:
+    runner = SimulatorClientRunner.__new__(SimulatorClientRunner)
+    runner.federated_clients = [SimpleNamespace(client_name=f"site-{k}", simulate_running=False) for k in range(1, count + 1)]
+    runner.run_client_index = -1
+    runner.logger = logging.getLogger("test")
+    return runner
+
+
+def test_a_site_picked_by_one_thread_cannot_be_picked_by_another():
+    # NVFlare marks a picked site as running only later, outside its lock: two threads could both pick site-2
+    runner = runner_with_sites(3)
+    runner.federated_clients[0].simulate_running = True  # site-1 is being run
+    first, second = runner.get_next_run_client(gpu=None), runner.get_next_run_client(gpu=None)
+    assert (first.client_name, second.client_name) == ("site-2", "site-3")
+    assert first.simulate_running and second.simulate_running
+
+
+@pytest.mark.parametrize("stop_run, keeps_claim", [(False, True), (True, False)], ids=["goes_on", "stops"])
+def test_a_claim_is_released_unless_the_thread_runs_that_site_next(stop_run, keeps_claim):
+    runner = runner_with_sites(3)
+    current = runner.federated_clients[0]
+    current.simulate_running = True
+
+    def task_then_pick_next(self, client):  # what do_one_task does after a task: pick the next site, under the lock
+        return stop_run, self.get_next_run_client(gpu=None), None
+
+    _, picked, _ = _releasing_unused_claims(task_then_pick_next)(runner, current)
+    assert picked.client_name == "site-2" and picked.simulate_running is keeps_claim
+    assert current.simulate_running  # the caller (run_client_thread) releases the site it ran
 
 
 class _FakeContext:

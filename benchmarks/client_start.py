@@ -7,8 +7,8 @@ Each repeat runs a fresh Python process that times, in CPU seconds of that proce
 busy machine does not inflate the figures), the phases of a MOON site's start in the order the simulator's worker runs
 them: the interpreter, importing torch, importing NVFlare's client worker, importing the executor, reading the dataset
 (mapped from its decoded copy after the first process, see ``nvflare_moon/data/decoded_cache.py``), cutting the site's
-shard, building the network, and saving and loading the site's state file (a task does both). The best repeat of each phase is printed; NVFlare's
-own connection and task exchange (waiting on the server, not CPU) are not included.
+shard, building the network, and saving and loading the site's state file (a task does both). The best repeat of each
+phase is printed; NVFlare's own connection and task exchange (waiting on the server, not CPU) are not included.
 """
 
 import argparse
@@ -42,7 +42,9 @@ print(json.dumps(figures))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", default="", help="folder with cifar-10-batches-py/ (default: $NVFLARE_MOON_DATA)")
+    parser.add_argument(
+        "--data-root", default="", help="folder with cifar-10-batches-py/ (default: $NVFLARE_MOON_DATA)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     runs = [

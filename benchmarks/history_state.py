@@ -39,7 +39,8 @@ def main() -> None:
         net = Network(arch=arch, num_classes=classes, seed=0)
         full, light = history_bytes(net), history_bytes(ProjectionHead(net))
         local_model = serialized_bytes({"model": net.state_dict()})
-        print(f"{arch:<12}{full / 1e6:>13.2f} MB{light / 1e6:>13.2f} MB{light / full:>8.3f}{local_model / 1e6:>19.2f} MB")
+        sizes = f"{full / 1e6:>13.2f} MB{light / 1e6:>13.2f} MB{light / full:>8.3f}{local_model / 1e6:>19.2f} MB"
+        print(f"{arch:<12}{sizes}")
 
 
 if __name__ == "__main__":

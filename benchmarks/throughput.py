@@ -4,14 +4,14 @@
                                     [--arch simple_cnn|resnet50] [--methods fedavg,moon,moon_light_history]
 
 For every method it times full optimizer steps (batched uint8 augmentation, forwards, backward, SGD) on site-1's
-CIFAR-10 shard with the simple-CNN (or ResNet-50) and batch 64, and prints images/s and the cost relative to a FedAvg step. The
-methods run interleaved, ``--repeats`` times, and the best round of each is kept, so that a noisy neighbour on the
+CIFAR-10 shard with the simple-CNN (or ResNet-50) and batch 64, and prints images/s and the cost relative to a FedAvg
+step. The methods run interleaved, ``--repeats`` times, and the best round of each is kept, so that a noisy neighbour on the
 machine does not bias one method. ``--synthetic-input`` skips data loading to show its share.
 
 A MOON step is 3 forwards + 1 backward against FedAvg's 1 + 1: with a backward worth about two forwards, the floor
 of the cost ratio is 5/3 ≈ 1.67; with the light history (previous projection heads only) it is 2 + 1 forwards of
-which one is only a head, a floor near 4/3. FedSSC adds only a K×D prototype product to MOON; FedSiam-DA trains a second model
-(the working global copy) and runs a history model: 2 + 1 forwards and 2 backwards, a floor of 7/3 ≈ 2.33. FedProx
+which one is only a head, a floor near 4/3. FedSSC adds only a K×D prototype product to MOON; FedSiam-DA trains a
+second model (the working global copy) and runs a history model: 2 + 1 forwards and 2 backwards, a floor of 7/3 ≈ 2.33. FedProx
 and SCAFFOLD add per-step parameter arithmetic. SOLO's step is FedAvg's.
 """
 
@@ -175,7 +175,10 @@ def main() -> None:
         print(f"{m:<20}{best[m]:>10.0f}{best['fedavg'] / best[m]:>15.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            figures = {"arch": args.arch, "clock": args.clock, "device": str(device), "threads": args.threads, "input": source, "images_per_second": best}
+            figures = {
+                "arch": args.arch, "clock": args.clock, "device": str(device), "threads": args.threads, "input": source,
+                "images_per_second": best,
+            }  # fmt: skip
             json.dump(figures, f, indent=1)
 
 

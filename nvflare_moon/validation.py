@@ -20,6 +20,12 @@ def check_number(
         raise ValueError(f"{name} must be {bound}, got {value!r}")
 
 
+def check_flag(name: str, value: Any) -> None:
+    """Raise ValueError unless ``value`` is True or False (not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
     choices = sorted(choices)
     if value not in choices:

@@ -34,7 +34,9 @@ def test_each_simulator_thread_writes_its_own_site_name():
 
 def runner_with_sites(count: int) -> SimulatorClientRunner:
     runner = SimulatorClientRunner.__new__(SimulatorClientRunner)
-    runner.federated_clients = [SimpleNamespace(client_name=f"site-{k}", simulate_running=False) for k in range(1, count + 1)]
+    runner.federated_clients = [
+        SimpleNamespace(client_name=f"site-{k}", simulate_running=False) for k in range(1, count + 1)
+    ]
     runner.run_client_index = -1
     runner.logger = logging.getLogger("test")
     return runner

@@ -141,8 +141,9 @@ class PTFedSiamDAHelper:
         self._started().start_epoch(epoch)
 
     def loss(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """μ·[½·D(p_g, z) + ½·D(p_l, z_g) + cos(b, sg(z_h))] (b: z or p_l, the history branch) for the batch ``x`` whose projections under ``model``
-        are ``z`` (with its gradient); its backward also reaches the working global copy."""
+        """μ·[½·D(p_g, z) + ½·D(p_l, z_g) + cos(b, sg(z_h))] (b: z or p_l, the history branch) for the batch ``x``
+        whose projections under ``model`` are ``z`` (with its gradient); its backward also reaches the working global
+        copy."""
         regularizer, terms = self._started().regularizer(x, z)
         for name, value in terms.items():
             self._terms.add(name, value)

@@ -42,8 +42,8 @@ logger = logging.getLogger(__name__)
 class PTMoonHelper:
     """MOON's model-contrastive term for a Client API script: ``loss = your_loss + helper.loss(x, z)``.
 
-    Every round, after loading the received weights into ``model``: :meth:`start_round` reads μ (and its cold-start schedule), τ and m from the
-    meta (sent by :class:`~nvflare_moon.client_api_recipes.MoonScriptRecipe`), freezes a copy of the global model and
+    Every round, after loading the received weights into ``model``: :meth:`start_round` reads μ (and its cold-start
+    schedule), τ and m from the meta (sent by :class:`~nvflare_moon.client_api_recipes.MoonScriptRecipe`), freezes a copy of the global model and
     loads this site's last m saved models; :meth:`loss` gives μ·ℓ_con for a batch; :meth:`save_local_model` stores the
     trained model for the next rounds, in the job's run folder on the site (see :mod:`nvflare_moon.client.state`), so
     that MOON is the same algorithm when NVFlare restarts the script for every task (``-t < -n``).
@@ -109,7 +109,9 @@ class PTMoonHelper:
         uploads = self._script_uploads()
         schedule = describe_mu_schedule(mu, off, ramp)
         logger.info(f"{uploads.site}: round {round_number}: mu = {self.mu:g}" + (f" ({schedule})" if schedule else ""))
-        previous = uploads.start_round(round_number, self.model, self.num_previous_models, without="the contrastive term")
+        previous = uploads.start_round(
+            round_number, self.model, self.num_previous_models, without="the contrastive term"
+        )
         self.objective = MoonObjective(
             frozen_copy(self.model), previous, self.mu, self.temperature, self.representation_fn or projection_of
         )

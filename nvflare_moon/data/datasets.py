@@ -18,6 +18,7 @@ callers: treat them as read-only.
 """
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import threading
@@ -211,7 +212,8 @@ def _decode_cifar_batches(folder: str, files: list[str], spec: dict, name: str) 
 
 def _read_cifar_batches(folder: str, files: list[str], spec: dict, name: str) -> ImageArrays:
     """The split in ``files``: decoded once, then memory-mapped by every later process (see :mod:`.decoded_cache`)."""
-    return ImageArrays(*load_or_decode(folder, files, f"{name}-{files[0]}", lambda: _decode_cifar_batches(folder, files, spec, name)))
+    decode = functools.partial(_decode_cifar_batches, folder, files, spec, name)
+    return ImageArrays(*load_or_decode(folder, files, f"{name}-{files[0]}", decode))
 
 
 def _load_cifar(name: str, data_root: str, download: bool) -> DatasetSplits:

@@ -47,7 +47,7 @@ from ..data import (
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
 from ..simulator_sites import check_site_identity
-from ..validation import JOB_REFUSED_HEADER, check_choice, check_number
+from ..validation import JOB_REFUSED_HEADER, check_choice, check_flag, check_number
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
 EVAL_BATCH_SIZE = 500
@@ -170,8 +170,7 @@ class FedAvgExecutor(Executor):
         self.submit_model_task_name = submit_model_task_name
         self.resume_from_job_id = resume_from_job_id
         self.resume_state_dir = resume_state_dir
-        if not isinstance(send_weight_diff, bool):
-            raise ValueError(f"send_weight_diff must be True or False, got {send_weight_diff!r}")
+        check_flag("send_weight_diff", send_weight_diff)
         self.send_weight_diff = send_weight_diff
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None

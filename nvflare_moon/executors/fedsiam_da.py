@@ -15,8 +15,8 @@ from .previous_uploads import PreviousUploadsExecutor
 
 
 class FedSiamDAExecutor(PreviousUploadsExecutor):
-    """FedSiam-DA: ``CE + μ·[½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(b_l, sg(z_h))]``, b_l = z_l or p_l; all :class:`FedAvgExecutor`
-    arguments apply. The model needs the SimSiam predictor (``Network(predictor_hidden_dim=64)``).
+    """FedSiam-DA: ``CE + μ·[½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(b_l, sg(z_h))]``, b_l = z_l or p_l; all
+    :class:`FedAvgExecutor` arguments apply. The model needs the SimSiam predictor (``Network(predictor_hidden_dim=64)``).
 
     Args:
         mu: μ ≥ 0 (not published; default 0.01, the best of a sweep on CIFAR-10: docs/fedssc_fedsiam.md).

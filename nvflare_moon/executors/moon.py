@@ -16,7 +16,7 @@ from ..core.objectives import (
 from ..core.schedules import check_mu_schedule, describe_mu_schedule, scheduled_mu
 from ..core.training import frozen_copy
 from ..models import ProjectionHead, ProjectionModel
-from ..validation import check_choice, check_number
+from ..validation import check_choice, check_flag, check_number
 from .fedavg import FedAvgExecutor
 from .previous_uploads import PreviousUploadsExecutor
 
@@ -60,8 +60,7 @@ class MoonExecutor(PreviousUploadsExecutor):
         check_number("temperature", temperature, low=0, low_inclusive=False)
         check_number("num_previous_models", num_previous_models, low=1, integer=True)
         check_number("feature_noise_std", feature_noise_std, low=0)
-        if not isinstance(light_history, bool):
-            raise ValueError(f"light_history must be True or False, got {light_history!r}")
+        check_flag("light_history", light_history)
         if feature_noise_std > 0 and not isinstance(self.model, ProjectionModel):
             raise ValueError(
                 "feature_noise_std > 0 needs a ProjectionModel (nvflare_moon.models.Network, or your backbone wrapped "

@@ -11,6 +11,7 @@ from nvflare.app_common.app_constant import AppConstants
 
 from ..core.aggregation import full_update, normalized_weights, update_problem, weighted_average
 from ..core.site_metrics import weighted_metric_means
+from ..validation import check_flag
 
 NUM_SAMPLES = "num_samples"
 
@@ -41,8 +42,7 @@ class WeightedFedAvgAggregator(ModelAggregator):
 
     def __init__(self, allow_partial_updates: bool = False):
         super().__init__()
-        if not isinstance(allow_partial_updates, bool):
-            raise ValueError(f"allow_partial_updates must be True or False, got {allow_partial_updates!r}")
+        check_flag("allow_partial_updates", allow_partial_updates)
         self.allow_partial_updates = allow_partial_updates
         self._updates: Dict[str, SiteUpdate] = {}
 

@@ -12,7 +12,7 @@ import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, select_prototypes, usable_class_means
-from ..validation import check_number
+from ..validation import check_flag, check_number
 from .aggregators import WeightedFedAvgAggregator
 
 PROTOTYPE_CLASSES = "site_prototype_classes"  # per site, how many classes' prototypes were drawn from it
@@ -51,8 +51,7 @@ class PrototypeSharingAggregator(WeightedFedAvgAggregator):
         check_number("prototype_dim", prototype_dim, low=1, integer=True)
         check_number("min_class_count", min_class_count, low=1, integer=True)
         check_number("seed", seed, low=0, integer=True)
-        if not isinstance(exclude_own_prototype, bool):
-            raise ValueError(f"exclude_own_prototype must be True or False, got {exclude_own_prototype!r}")
+        check_flag("exclude_own_prototype", exclude_own_prototype)
         self.num_classes = num_classes
         self.prototype_dim = prototype_dim
         self.min_class_count = min_class_count

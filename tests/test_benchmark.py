@@ -357,6 +357,21 @@ def test_protocols_hold_the_documented_runs():
         customised(quick, rounds=0)
 
 
+def test_extra_seeds_name_a_method_or_one_variant():
+    best, other = Variant("fedsiam_da", (("mu", 0.01),)), Variant("fedsiam_da", (("mu", 0.1),))
+    settings = Settings(rounds=1)
+    by_variant = Protocol("p", "", settings, (best, other), extra_seeds=((best.name, (1, 2)),))
+    assert [s.run_id for s in by_variant.runs()] == [
+        "fedsiam_da-mu0.01-beta0.5-seed0", "fedsiam_da-mu0.01-beta0.5-seed1", "fedsiam_da-mu0.01-beta0.5-seed2",
+        "fedsiam_da-mu0.1-beta0.5-seed0",
+    ]  # fmt: skip
+    by_method = Protocol("p", "", settings, (best, other), extra_seeds=(("fedsiam_da", (1,)),))
+    assert [s.seed for s in by_method.runs()] == [0, 1, 0, 1]
+    options = {(s.variant.name, s.seed) for s in PROTOCOLS["fedsiam_da_options"].runs()}
+    assert {("fedsiam_da-mu0.01-history_branchprojection", seed) for seed in (0, 1, 2)} <= options
+    assert ("fedsiam_da-mu0.03-history_branchprojection", 0) in options
+
+
 def test_practical_protocol_reuses_quicks_runs_and_sets_each_option(tmp_path):
     quick = {spec.run_id: spec.fingerprint() for spec in PROTOCOLS["quick"].runs()}
     practical = PROTOCOLS["practical"].runs()

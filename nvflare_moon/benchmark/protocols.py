@@ -99,13 +99,17 @@ class Protocol:
     extra_seeds: Tuple[Tuple[str, Tuple[int, ...]], ...] = field(default=())
 
     def runs(self, methods: Optional[Sequence[str]] = None) -> List[RunSpec]:
-        """The protocol's runs, restricted to ``methods`` when given, in a stable order (variant, β, seed)."""
+        """The protocol's runs, restricted to ``methods`` when given, in a stable order (variant, β, seed).
+
+        ``extra_seeds`` is keyed by a method (all its variants) or by one variant's name.
+        """
         extra = dict(self.extra_seeds)
         runs = []
         for variant in self.variants:
             if methods is not None and variant.method not in methods:
                 continue
-            seeds = tuple(self.seeds) + tuple(s for s in extra.get(variant.method, ()) if s not in self.seeds)
+            more = extra.get(variant.name, extra.get(variant.method, ()))
+            seeds = tuple(self.seeds) + tuple(s for s in more if s not in self.seeds)
             runs += [RunSpec(variant, seed, beta, self.settings) for beta in self.betas for seed in seeds]
         return runs
 
@@ -160,7 +164,8 @@ PROTOCOLS: Dict[str, Protocol] = {
     "fedsiam_da_options": Protocol(
         name="fedsiam_da_options",
         description="FedSiam-DA on the quick settings cut to 10 rounds: μ ∈ {0.1, 0.01} × the history term on the "
-        "projection or the predictor, and the dual aggregation's cosine on the parameters only at μ = 0.01.",
+        "projection or the predictor, the dual aggregation's cosine on the parameters only at μ = 0.01, μ ∈ {0.03, "
+        "0.3} on the projection, and the best setting (μ = 0.01 on the projection) at seeds 1 and 2.",
         settings=replace(QUICK, rounds=10),
         # in the order they were run: the parameters-only vector at the best μ of the first two runs, then the rest
         variants=tuple(
@@ -170,8 +175,9 @@ PROTOCOLS: Dict[str, Protocol] = {
         + (Variant("fedsiam_da", (("mu", 0.01), ("history_branch", "projection"), ("cosine_vector", "parameters"))),)
         + tuple(
             Variant("fedsiam_da", (("mu", mu), ("history_branch", branch)))
-            for mu, branch in ((0.01, "predictor"), (0.1, "projection"))
+            for mu, branch in ((0.01, "predictor"), (0.03, "projection"), (0.3, "projection"), (0.1, "projection"))
         ),
+        extra_seeds=(("fedsiam_da-mu0.01-history_branchprojection", (1, 2)),),
     ),
     # K from quick's per-round curves: MOON's deficit is largest in rounds 1-3 and below 4 points from round 4 on
     # (docs/practical_options.md). Plain MOON and FedAvg are quick's runs.

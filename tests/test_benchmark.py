@@ -397,3 +397,21 @@ def test_practical_protocol_reuses_quicks_runs_and_sets_each_option(tmp_path):
         args = json.loads(config.read_text())["executors"][0]["executor"]["args"]
         name, value = expected_args[spec.variant.method]
         assert args[name] == value
+
+
+def test_privacy_bandwidth_protocol_puts_each_filter_on_the_sites_train_results(tmp_path):
+    expected = {
+        "fedavg-quantizationfloat16": ["FloatModelQuantizer"], "moon-quantizationfloat16": ["FloatModelQuantizer"],
+        "moon_percentile_privacy": ["PercentilePrivacy"], "moon_svt_privacy": ["SVTPrivacy"],
+        "moon_exclude_vars": ["ExcludeVars"],
+    }  # fmt: skip
+    filters = {}
+    for spec in PROTOCOLS["privacy_bandwidth"].runs():
+        METHODS[spec.variant.method].launch(spec, str(tmp_path / spec.run_id), None)
+        (config,) = (tmp_path / spec.run_id / "job").glob("*/app/config/config_fed_client.json")
+        result_filters = json.loads(config.read_text())["task_result_filters"]
+        paths = [f["path"] for chain in result_filters for f in chain["filters"]]
+        filters[spec.variant.name] = sorted({path.rsplit(".", 1)[1] for path in paths})
+        if spec.variant.method == "moon_exclude_vars":
+            assert result_filters[0]["filters"][0]["args"]["exclude_vars"] == ["l2.weight", "l2.bias"]
+    assert filters == expected

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivacy
+
 from ..recipes import (
     FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
 )  # fmt: skip
@@ -157,6 +159,14 @@ METHODS: Dict[str, Union[SimulatorMethod, CommandMethod]] = {
     "moon_cold_start": SimulatorMethod("MOON, cold start", MoonRecipe),
     "moon_feature_noise": SimulatorMethod("MOON, noise on h", MoonRecipe),
     "moon_light_history": SimulatorMethod("MOON, light history", MoonRecipe, {"light_history": True}),
+    # NVFlare's privacy filters on the sites' updates (docs/deployment.md "Privacy and bandwidth"), one setting each
+    "moon_percentile_privacy": SimulatorMethod(
+        "MOON, PercentilePrivacy", MoonRecipe, {"privacy_filters": [PercentilePrivacy(percentile=10, gamma=0.01)]}
+    ),
+    "moon_svt_privacy": SimulatorMethod("MOON, SVTPrivacy", MoonRecipe, {"privacy_filters": [SVTPrivacy()]}),
+    "moon_exclude_vars": SimulatorMethod(
+        "MOON, ExcludeVars", MoonRecipe, {"privacy_filters": [ExcludeVars(["l2.weight", "l2.bias"])]}
+    ),
     "fedssc": SimulatorMethod("FedSSC", FedSSCRecipe),
     "fedsiam_da": SimulatorMethod("FedSiam-DA", FedSiamDARecipe),
 }

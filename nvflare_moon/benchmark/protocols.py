@@ -151,13 +151,16 @@ PROTOCOLS: Dict[str, Protocol] = {
         variants=(Variant("fedavg"), Variant("moon"))
         + tuple(Variant("moon_l2", (("mu", mu),)) for mu in (0.1, 1.0, 5.0)),
     ),
-    "bandwidth": Protocol(
-        name="bandwidth",
-        description="Compressed updates (NVFlare's float16 quantization filters, docs/deployment.md) against full "
-        "precision on the quick settings, MOON and FedAvg at seed 0.",
-        settings=QUICK,
-        variants=(Variant("fedavg"), Variant("moon"))
-        + tuple(Variant(m, (("quantization", "float16"),)) for m in ("fedavg", "moon")),
+    # Issue 15: NVFlare's compression and privacy filters on our methods, one setting each; 10 rounds, so that the
+    # references are quick's own runs at round 10 (docs/deployment.md "Privacy and bandwidth").
+    "privacy_bandwidth": Protocol(
+        name="privacy_bandwidth",
+        description="The quick settings cut to 10 rounds, seed 0: float16 updates (NVFlare's quantization filters) "
+        "for FedAvg and MOON, and MOON with each of NVFlare's privacy filters at one setting: PercentilePrivacy and "
+        "SVTPrivacy at NVFlare's defaults, ExcludeVars on the projection's output layer.",
+        settings=replace(QUICK, rounds=10),
+        variants=tuple(Variant(m, (("quantization", "float16"),)) for m in ("fedavg", "moon"))
+        + tuple(Variant(m) for m in ("moon_percentile_privacy", "moon_svt_privacy", "moon_exclude_vars")),
     ),
     # Issue 16: FedSiam-DA's readings of its paper, μ × history branch, then the parameters-only dual-aggregation
     # vector; 10 rounds rank them (docs/fedssc_fedsiam.md). FedAvg's reference is quick's, at round 10.

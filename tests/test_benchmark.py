@@ -6,7 +6,10 @@ import contextlib
 import io
 import json
 import math
+import os
 import re
+import signal
+import subprocess
 import sys
 import time
 
@@ -252,6 +255,36 @@ def test_a_run_past_its_timeout_is_failed_and_its_whole_process_tree_ended(tmp_p
     orphans.append(orphan_pid(tmp_path, spec))
     assert time.perf_counter() - started < 100  # not the command's 120 s
     assert orphans[0] is not None and gone(orphans[0])
+
+
+DRIVER = r"""
+import sys
+from nvflare_moon.benchmark import cli, methods, protocols
+from tests.test_benchmark import command_method
+methods.METHODS["stand_in"] = command_method(120, sys.argv[2])
+protocols.PROTOCOLS["t"] = protocols.Protocol("t", "", protocols.Settings(), (protocols.Variant("stand_in"),))
+sys.exit(cli.main(["--protocol", "t", "--out", sys.argv[1]]))
+"""
+
+
+def test_sigterm_ends_the_run_in_progress_and_everything_it_started(tmp_path, orphans):
+    """`kill` or a batch queue's time limit sends SIGTERM to the benchmark: it must not leave the run training."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(tmp_path), str(tmp_path / "never")], cwd=repo, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    started = []
+    while len(started) < 2 and time.monotonic() < deadline:  # the stand-in and the process it started
+        started = psutil.Process(driver.pid).children(recursive=True)
+        time.sleep(0.2)
+    orphans.extend(p.pid for p in started)
+    assert len(started) == 2, "the stand-in run did not start"
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=60) == 128 + signal.SIGTERM
+    assert "run the same command again to resume" in driver.stderr.read()
+    assert all(gone(pid) for pid in orphans)
 
 
 # ---- the derived tables on hand-made inputs -----------------------------------------------------------------------

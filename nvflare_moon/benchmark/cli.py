@@ -12,6 +12,7 @@ recorded in ``<out>/runs/`` and skipped when the same command runs again. ``<out
 import argparse
 import os
 import shlex
+import signal
 import sys
 from typing import List, Optional, Sequence
 
@@ -89,8 +90,19 @@ def _protocol(args: argparse.Namespace, name: str):
     )  # fmt: skip
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a batch queue's time limit), handled as Ctrl-C is: the run in progress has its whole process
+    tree ended and continues next time."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    # Without this, SIGTERM ends the driver alone and leaves the simulator's processes training on.
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.list:
             print("\n".join(describe(args)))
@@ -105,7 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("interrupted; run the same command again to resume (finished runs are kept, an interrupted run "
               "continues after its last aggregated round)", file=sys.stderr)  # fmt: skip
-        return 130
+        return 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)

@@ -347,3 +347,28 @@ def test_scaffold_control_survives_a_restart(tmp_path):
         assert torch.equal(value, control[name])
     with pytest.raises(ValueError, match="no SCAFFOLD global control"):
         restarted.start_round(received(model, 2, {}), lr=0.05)
+
+
+def test_scaffold_helper_runs_a_saved_round_again_from_the_control_it_started_with(tmp_path):
+    """A continued job runs the failed job's last round again: it must start from c_i before that round, not after."""
+    model = Network(seed=0)
+    controls = []  # c_i after rounds 0 and 1
+    for round_number in (0, 1):
+        helper = PTPersistentScaffoldHelper(model, state_dir=tmp_path, job_id="job", site="site-1")  # a new process
+        global_control = {n: np.zeros(tuple(p.shape), np.float32) for n, p in model.named_parameters()}
+        helper.start_round(received(model, round_number, {AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL: global_control}), 0.05)
+        optimizer = sgd(model, 0.05, 0.0, 0.0)
+        for x, y in batches(1, round_number):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x).logits, y).backward()
+            optimizer.step()
+            helper.step()
+        helper.finish()
+        controls.append({k: v.clone() for k, v in helper.round.local_control.items()})
+    assert any(not torch.equal(controls[0][k], controls[1][k]) for k in controls[0])
+    again = PTPersistentScaffoldHelper(model, state_dir=tmp_path, job_id="job", site="site-1")
+    again.start_round(received(model, 1, {AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL: global_control}), lr=0.05)
+    assert all(torch.equal(value, controls[0][name]) for name, value in again.round.local_control.items())
+    later = PTPersistentScaffoldHelper(model, state_dir=tmp_path, job_id="job", site="site-1")
+    later.start_round(received(model, 2, {AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL: global_control}), lr=0.05)
+    assert all(torch.equal(value, controls[1][name]) for name, value in later.round.local_control.items())

@@ -9,17 +9,20 @@ on ``PTScaffoldHelper``) and keeps c_i in the job's run folder (:mod:`nvflare_mo
         scaffold.start_round(input_model, lr)                    # c from the meta, c_i from the run folder
         ... optimizer.step(); scaffold.step()                     # w ← w − lr·(c − c_i)
         meta = {"num_samples": n, **scaffold.finish()}            # c_i⁺ saved; Δc_i to send
+
+c_i is saved round-stamped, with the c_i each round started from beside it, as the executor does: a continued job
+that runs a saved round again starts it from the same c_i.
 """
 
 import logging
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch.nn as nn
 from nvflare.app_common.app_constant import AlgorithmConstants
 
-from ..core.scaffold import ScaffoldRound, trainable_signature
-from ..core.state import SiteStateStore, StateUnusable, tensor_signature
+from ..core.scaffold import Controls, ScaffoldRound, controls_before, controls_payload
+from ..core.state import SiteStateStore, StateUnusable
 from .common import check_received_weights, site_identity
 from .state import script_state_store
 
@@ -49,6 +52,7 @@ class PTPersistentScaffoldHelper:
         self.round: Optional[ScaffoldRound] = None
         self._store: Optional[SiteStateStore] = None
         self._round_number = 0
+        self._history: List[Tuple[int, Controls]] = []  # (round, c_i after it) of the rounds before this one
 
     def start_round(self, input_model, lr: float) -> None:
         """Begin a round on ``input_model`` (whose weights ``model`` holds) with the optimizer's learning rate ``lr``."""
@@ -63,7 +67,9 @@ class PTPersistentScaffoldHelper:
                 f"round {self._round_number}: the server sent no SCAFFOLD global control "
                 f"(meta[{AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL!r}]); run with ScaffoldScriptRecipe"
             )
-        self.round = ScaffoldRound(self.model, lr, global_control, self._load_local_control())
+        self._history = self._load_history()
+        local_control = self._history[-1][1] if self._history else None
+        self.round = ScaffoldRound(self.model, lr, global_control, local_control)
 
     def step(self) -> None:
         """The control correction; call right after every ``optimizer.step()``."""
@@ -72,24 +78,23 @@ class PTPersistentScaffoldHelper:
     def finish(self) -> Dict[str, Dict[str, np.ndarray]]:
         """Update and save c_i; the meta entry with Δc_i to send beside the weights."""
         delta = self._started().finish()
-        self._store.save(self._round_number, {"local_control": self.round.local_control})
+        self._store.save(self._round_number, controls_payload(self._history, self._round_number, self.round.local_control))
         return {AlgorithmConstants.SCAFFOLD_CTRL_DIFF: delta}
 
-    def _load_local_control(self) -> Optional[dict]:
+    def _load_history(self) -> List[Tuple[int, Controls]]:
         where = f"{self._store.site}: round {self._round_number}"
         try:
             record = self._store.load()
+            if record is None:
+                logger.info(f"{where}: no stored SCAFFOLD control, c_i starts at 0")
+                return []
+            try:
+                return controls_before(record["payload"], self._round_number, self.model)
+            except ValueError as e:
+                raise self._store.set_aside("other-network", str(e)) from e
         except StateUnusable as e:
             logger.warning(f"{where}: {e}; this site's SCAFFOLD control restarts from 0")
-            return None
-        if record is None:
-            logger.info(f"{where}: no stored SCAFFOLD control, c_i starts at 0")
-            return None
-        control = record["payload"].get("local_control")
-        if not isinstance(control, dict) or tensor_signature(control) != trainable_signature(self.model):
-            logger.warning(f"{where}: the stored SCAFFOLD control does not fit the model; c_i restarts from 0")
-            return None
-        return control
+            return []
 
     def _started(self) -> ScaffoldRound:
         if self.round is None:

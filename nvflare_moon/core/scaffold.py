@@ -13,13 +13,14 @@ so that c stays the mean of all N sites' controls, whether or not every site tak
 Nothing here knows about NVFlare's runtime; the executor persists c_i between rounds.
 """
 
-from typing import Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 from nvflare.app_opt.pt.scaffold import PTScaffoldHelper
 
+from .history import HISTORY_NEEDED, HISTORY_ROUNDS
 from .state import tensor_signature
 from .training import frozen_copy
 
@@ -88,6 +89,32 @@ class ScaffoldRound:
         """c_i (after :meth:`finish`: c_i⁺), as CPU tensors; the helper's own (no copy: for ResNet-50 each is 113 MB),
         so read or save them, do not modify them."""
         return self.helper.c_local.state_dict()
+
+
+def controls_before(payload: Mapping[str, Any], round_number: int, model: nn.Module) -> List[Tuple[int, Controls]]:
+    """The stored ``(round, c_i after it)`` of the rounds before ``round_number``, oldest first, from a payload of
+    :func:`controls_payload`.
+
+    Raises:
+        ValueError: the payload holds no round-stamped controls that match ``model``'s trainable parameters.
+    """
+    rounds, controls = payload.get(HISTORY_ROUNDS), payload.get("local_controls")
+    expected = trainable_signature(model)
+    if (
+        not isinstance(rounds, list)
+        or not isinstance(controls, list)
+        or len(rounds) != len(controls)
+        or any(not isinstance(c, dict) or tensor_signature(c) != expected for c in controls)
+    ):
+        raise ValueError("its SCAFFOLD controls do not match this job's network (its trainable parameters)")
+    return [(r, c) for r, c in zip(rounds, controls) if r < round_number]
+
+
+def controls_payload(earlier: List[Tuple[int, Controls]], round_number: int, control: Controls) -> Dict[str, Any]:
+    """What a site saves after ``round_number``: c_i⁺ and, beside it, the c_i that the round started from, so that a
+    continued job that runs this round again starts from the same c_i."""
+    keep = (earlier + [(round_number, control)])[-2:]
+    return {HISTORY_ROUNDS: [r for r, _ in keep], "local_controls": [c for _, c in keep], HISTORY_NEEDED: 1}
 
 
 def apply_control_deltas(

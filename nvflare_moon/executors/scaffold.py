@@ -13,9 +13,8 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AlgorithmConstants
 
-from ..core.scaffold import ScaffoldRound, trainable_signature
-from ..core.history import HISTORY_NEEDED, HISTORY_ROUNDS
-from ..core.state import StateUnusable, tensor_signature
+from ..core.scaffold import ScaffoldRound, controls_before, controls_payload
+from ..core.state import StateUnusable
 from .fedavg import FedAvgExecutor
 
 
@@ -54,9 +53,7 @@ class ScaffoldExecutor(FedAvgExecutor):
 
     def after_training(self, round_number: int, fl_ctx: FLContext) -> None:
         self._delta = self._round.finish()
-        # c_i before this round stays beside c_i⁺, so that a continued job that runs this round again starts from it
-        keep = (self._history + [(round_number, self._round.local_control)])[-2:]
-        payload = {HISTORY_ROUNDS: [r for r, _ in keep], "local_controls": [c for _, c in keep], HISTORY_NEEDED: 1}
+        payload = controls_payload(self._history, round_number, self._round.local_control)
         self.state_store(self.STATE_NAME, fl_ctx).save(round_number, payload)
 
     def extra_meta(self) -> Dict[str, Any]:
@@ -72,17 +69,9 @@ class ScaffoldExecutor(FedAvgExecutor):
             return []
         if record is None:
             return []
-        rounds, controls = record["payload"].get(HISTORY_ROUNDS), record["payload"].get("local_controls")
-        expected = trainable_signature(self._net)
-        if (
-            not isinstance(rounds, list)
-            or not isinstance(controls, list)
-            or len(rounds) != len(controls)
-            or any(not isinstance(c, dict) or tensor_signature(c) != expected for c in controls)
-        ):
-            unusable = self.state_store(self.STATE_NAME, fl_ctx).set_aside(
-                "other-network", f"its SCAFFOLD controls (round {record['round']}) do not match this job's network"
-            )
+        try:
+            return controls_before(record["payload"], round_number, self._net)
+        except ValueError as e:
+            unusable = self.state_store(self.STATE_NAME, fl_ctx).set_aside("other-network", str(e))
             self.log_warning(fl_ctx, f"{unusable}; this site's SCAFFOLD control restarts from 0")
             return []
-        return [(r, c) for r, c in zip(rounds, controls) if r < round_number]

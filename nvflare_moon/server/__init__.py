@@ -9,7 +9,7 @@ from ..simulator_sites import keep_simulator_site_names_apart
 
 from .aggregators import WeightedFedAvgAggregator
 from .dual_aggregation import DualAggregator
-from .evaluator import GlobalModelEvaluator
+from .evaluator import GlobalModelEvaluator, SiteMetricsRecorder
 from .prototypes import PrototypeSharingAggregator
 from .run_checks import RunOutcomeCheck, ShardCoverageCheck
 from .sampling import SampledFedAvg
@@ -19,6 +19,7 @@ from .settings import SettingsFedAvg
 __all__ = [
     "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
     "PrototypeSharingAggregator", "DualAggregator", "SettingsFedAvg", "ShardCoverageCheck", "RunOutcomeCheck",
+    "SiteMetricsRecorder",
 ]
 
 keep_simulator_site_names_apart()

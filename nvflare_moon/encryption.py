@@ -28,8 +28,8 @@ WHY_NOT_ENCRYPTED = {
         "the HE filters do not encrypt, so the site's whole update would reach the server in the clear"
     ),
     "fedsiam_da": (
-        "its dual aggregation weights each site by the cosine between plaintext models, which a server holding "
-        "only the public HE context cannot compute"
+        "its dual aggregation weights each site by the cosine between plaintext models, which a server "
+        "holding only the public HE context cannot compute"
     ),
     "fedssc": (
         "its class prototypes travel in the update's meta, which the HE filters do not encrypt, and the server "

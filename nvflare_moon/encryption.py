@@ -18,6 +18,8 @@ from nvflare.app_opt.pt.job_config.model import PTModel
 from nvflare.job_config.api import FedJob
 from nvflare.recipe.spec import Recipe
 
+from .validation import check_optional_choice
+
 ENCRYPTION_CHOICES = ("ckks",)
 SERIALIZE_FILTER_ID = "model_serialize_filter"
 
@@ -35,10 +37,6 @@ WHY_NOT_ENCRYPTED = {
         "its class prototypes travel in the update's meta, which the HE filters do not encrypt, and the server "
         "draws from them in the clear (PrototypeSharingAggregator), which NVFlare's HE aggregator cannot do"
     ),
-    "fedprox": (
-        "μ reaches the sites in the meta of NVFlare's FedAvg controller (fedprox_mu), and NVFlare's HE workflow "
-        "(ScatterAndGather) sends no such setting"
-    ),
 }
 
 
@@ -48,17 +46,12 @@ def check_encryption(
 ) -> None:  # fmt: skip
     """Raise ValueError, naming ``encryption`` and the option in the way, unless ``encryption`` is None, or
     ``"ckks"`` with TenSEAL installed and no option that needs plaintext weights on the server."""
+    check_optional_choice(
+        "encryption", encryption, ENCRYPTION_CHOICES, module="tenseal",
+        needs="TenSEAL on the server and every site (pip install 'nvflare-moon[he]')",
+    )  # fmt: skip
     if encryption is None:
         return
-    if encryption not in ENCRYPTION_CHOICES:
-        raise ValueError(f"encryption must be None or one of {list(ENCRYPTION_CHOICES)}, got {encryption!r}")
-    try:
-        import tenseal  # noqa: F401
-    except ImportError as e:
-        raise ValueError(
-            f"encryption={encryption!r} needs TenSEAL on the server and every site (pip install 'nvflare-moon[he]'): "
-            f"{e}"
-        ) from e
     conflicts = {
         "quantization": (
             quantization is not None,

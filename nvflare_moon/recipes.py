@@ -26,6 +26,7 @@ from nvflare.apis.executor import Executor
 from nvflare.apis.filter import Filter
 from nvflare.app_common.widgets.convert_to_fed_event import ConvertToFedEvent
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
+from nvflare.app_common.app_constant import AlgorithmConstants
 from nvflare.app_common.utils.math_utils import parse_compare_criteria
 from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.job_config.model import PTModel
@@ -46,7 +47,7 @@ from .privacy import (
 )  # fmt: skip
 from .server import (
     DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, RunOutcomeCheck, SampledFedAvg,
-    ScaffoldAggregator, ShardCoverageCheck, SiteMetricsRecorder, WeightedFedAvgAggregator,
+    ScaffoldAggregator, ShardCoverageCheck, SiteMetricsRecorder, TrainTaskSettings, WeightedFedAvgAggregator,
 )  # fmt: skip
 from .validation import check_number
 
@@ -98,7 +99,7 @@ class FedAvgBaselineRecipe(Recipe):
             this order to the sites' train results (see :mod:`nvflare_moon.privacy`). Refused for SCAFFOLD.
         encryption: ``"ckks"``: aggregate under NVFlare's homomorphic encryption (see :mod:`nvflare_moon.encryption`),
             on a federation provisioned with its ``HEBuilder``; needs ``server_evaluation=False`` and none of
-            ``quantization``, ``privacy_filters``, ``sample_fraction < 1``, ``stop_cond``. FedAvg and MOON only.
+            ``quantization``, ``privacy_filters``, ``sample_fraction < 1``, ``stop_cond``. FedAvg, FedProx and MOON.
             None: off.
     """
 
@@ -204,6 +205,8 @@ class FedAvgBaselineRecipe(Recipe):
         if encryption is not None:
             add_encrypted_server(job, network(), min_clients, num_rounds, tasks[0])
             job.to_server(SiteMetricsRecorder(model=network()), id="global_evaluator")
+            if self.task_meta():
+                job.to_server(TrainTaskSettings(client_settings=self.task_meta()), id="task_settings")
         else:
             job.comp_ids = job.to_server(PTModel(model=network()), id="persistor")  # the ids NVFlare's helpers read
             controller_args = dict(
@@ -238,6 +241,11 @@ class FedAvgBaselineRecipe(Recipe):
 
     def controller_args(self) -> Dict[str, Any]:
         """Extra arguments of NVFlare's FedAvg controller."""
+        return {}
+
+    def task_meta(self) -> Dict[str, Any]:
+        """Under encryption, what the server puts in the meta of every train task (NVFlare's ``ScatterAndGather``
+        sends no method settings, where its FedAvg controller takes them as :meth:`controller_args`)."""
         return {}
 
     def extra_network_args(self) -> Dict[str, Any]:
@@ -294,15 +302,13 @@ class MoonRecipe(FedAvgBaselineRecipe):
 class FedProxRecipe(FedAvgBaselineRecipe):
     """FedProx (Li et al., MLSys 2020): FedAvg plus the proximal term (μ/2)·‖w − w_glob‖².
 
-    The FedAvg controller sends μ with every model (NVFlare's ``fedprox_mu`` convention); :class:`FedProxExecutor`
-    reads it.
+    The FedAvg controller sends μ with every model (NVFlare's ``fedprox_mu`` convention), or under encryption
+    :class:`TrainTaskSettings` beside NVFlare's ``ScatterAndGather``; :class:`FedProxExecutor` reads it.
 
     Args:
         mu: μ > 0 (the MOON paper's best: 0.01 for CIFAR-10, 0.001 for CIFAR-100 and Tiny-ImageNet).
         **kwargs: every :class:`FedAvgBaselineRecipe` argument.
     """
-
-    option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedprox"]}
 
     def __init__(self, *, name: str = "fedprox_cifar10", mu: float = 0.01, **kwargs):
         check_number("mu", mu, low=0, low_inclusive=False)
@@ -314,6 +320,9 @@ class FedProxRecipe(FedAvgBaselineRecipe):
 
     def controller_args(self) -> Dict[str, Any]:
         return {"fedprox_mu": self.mu}
+
+    def task_meta(self) -> Dict[str, Any]:
+        return {AlgorithmConstants.FEDPROX_MU: self.mu}
 
 
 class ScaffoldRecipe(FedAvgBaselineRecipe):

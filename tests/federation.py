@@ -84,9 +84,11 @@ def run_script(script: str, *args: str, env: dict, timeout: float = 120) -> subp
     )  # fmt: skip
 
 
-def export_tiny_moon(jobs: Path, name: str, num_rounds: int, min_clients: int = 2, **kwargs) -> Path:
-    """A MOON job on the tiny synthetic dataset: a few seconds per round on CPU."""
-    recipe = MoonRecipe(
+def export_tiny_moon(
+    jobs: Path, name: str, num_rounds: int, min_clients: int = 2, recipe_class: type = MoonRecipe, **kwargs
+) -> Path:
+    """A MOON job (or ``recipe_class``'s) on the tiny synthetic dataset: a few seconds per round on CPU."""
+    recipe = recipe_class(
         name=name, min_clients=min_clients, num_rounds=num_rounds, dataset="synthetic", local_epochs=1,
         batch_size=32, lr=0.05, num_threads=1, **kwargs,
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """Encrypted aggregation (the recipes' ``encryption="ckks"``) on a POC prepared with NVFlare's HE contexts
 (``poc/prepare.py --he``): a server and two sites on loopback.
 
-Two tiny 2-round MOON jobs run at the same time, one under HE and the same one in the clear. Then site-2's
+Two tiny 2-round MOON jobs run at the same time, one under HE and the same one in the clear, and a FedProx job
+under HE (μ reaches the sites beside NVFlare's ScatterAndGather). Then site-2's
 ``client_context.tenseal`` is moved away and the HE job is submitted again: it must fail, naming NVFlare's error and
 the fix.
 
@@ -19,13 +20,15 @@ from typing import Dict, List
 
 import numpy as np
 import pytest
-import tenseal as ts
 import torch
 
 from nvflare_moon import submit
 from nvflare_moon.executors.fedavg import HE_CLIENT_CONTEXT
+from nvflare_moon.recipes import FedProxRecipe
 
 from .federation import SITES, connect, export_tiny_moon, running_poc, saved_state
+
+ts = pytest.importorskip("tenseal", reason="encrypted aggregation needs TenSEAL (extra 'he')")
 
 pytestmark = pytest.mark.deploy
 ROUNDS = 2
@@ -45,6 +48,9 @@ def outcomes(poc):
     paths = {
         "he": export_tiny_moon(jobs, "moon_he", ROUNDS, server_evaluation=False, encryption="ckks"),
         "plain": export_tiny_moon(jobs, "moon_plain", ROUNDS, server_evaluation=False),
+        "fedprox_he": export_tiny_moon(
+            jobs, "fedprox_he", ROUNDS, recipe_class=FedProxRecipe, mu=0.5, server_evaluation=False, encryption="ckks"
+        ),
     }
     session = connect(poc.admin_kit, 60)
     try:
@@ -126,6 +132,13 @@ def test_moon_under_he_ends_where_the_same_job_in_the_clear_ends_up_to_ckks_prec
         assert he_round["best_model"]["key_metric"] == "accuracy"
         assert set(he_round["site_metrics"]) == set(SITES)
     assert he_rounds[0]["spread"]["accuracy"]["mean"] == pytest.approx(plain_rounds[0]["spread"]["accuracy"]["mean"])
+
+
+def test_fedprox_under_he_trains_with_the_mu_the_server_sent(outcomes):
+    assert outcomes["metas"]["fedprox_he"]["status"] == submit.COMPLETED  # a site without μ refuses its task
+    rounds = outcomes["results"]["fedprox_he"].metrics()
+    assert [r["round"] for r in rounds] == list(range(ROUNDS))
+    assert all(r["site_metrics"][site]["train_proximal"] > 0 for r in rounds for site in SITES)
 
 
 def test_the_server_holds_no_plaintext_weights_of_a_site(poc, outcomes):

@@ -8,13 +8,19 @@ import numpy as np
 import pytest
 import torch
 
+from nvflare.apis.dxo import DXO, DataKind
 from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
+from nvflare.apis.fl_context import FLContext
 from nvflare.apis.signal import Signal
+from nvflare.app_common.app_constant import AppConstants
+from nvflare.app_common.app_event_type import AppEventType
 from nvflare.app_common.filters import ExcludeVars
+from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
 from nvflare_moon.core.weights import load_numpy_state, restore_shapes
 from nvflare_moon.executors import FedAvgExecutor
 from nvflare_moon.executors import fedavg as fedavg_module
+from nvflare_moon.server import TrainTaskSettings
 from nvflare_moon.recipes import (
     FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
 )  # fmt: skip
@@ -22,12 +28,13 @@ from nvflare_moon.recipes import (
 from .executor_harness import global_weights, run_task, site_context, started, tiny_dataset, tiny_net, train_task
 from .test_executor import LABELS, SETTINGS
 
+pytest.importorskip("tenseal", reason="encryption='ckks' needs TenSEAL (extra 'he')")
 HE = dict(min_clients=2, num_rounds=2, dataset="synthetic", server_evaluation=False, encryption="ckks")
 
 
 @pytest.mark.parametrize("recipe, method", [
     (ScaffoldRecipe, "SCAFFOLD's control difference"), (FedSSCRecipe, "class prototypes"),
-    (FedSiamDARecipe, "cosine between plaintext models"), (FedProxRecipe, "fedprox_mu"),
+    (FedSiamDARecipe, "cosine between plaintext models"),
 ])  # fmt: skip
 def test_methods_that_need_plaintext_on_the_server_refuse_encryption_naming_both(recipe, method):
     with pytest.raises(ValueError, match=f"encryption='ckks' cannot be used with {recipe.__name__}: ") as refused:
@@ -83,6 +90,24 @@ def test_the_job_is_nvflares_he_shape_with_the_sites_weighting_by_sample_count(r
     }
     train_encryptor = client["task_result_filters"][0]["filters"][0]["args"]
     assert train_encryptor.get("weigh_by_local_iter", True) is True  # n_k, which the executor puts there
+
+
+def test_fedprox_under_encryption_sends_mu_beside_scatter_and_gather(tmp_path):
+    FedProxRecipe(name="prox", mu=0.25, **HE).export(str(tmp_path))
+    server = json.loads((tmp_path / "prox" / "app" / "config" / "config_fed_server.json").read_text())
+    (settings,) = [c for c in server["components"] if c["id"] == "task_settings"]
+    assert settings["path"].endswith("TrainTaskSettings")
+    assert settings["args"]["client_settings"] == {"fedprox_mu": 0.25}
+
+
+def test_train_task_settings_add_to_the_models_meta_and_leave_its_data(tmp_path):
+    task = DXO(DataKind.WEIGHTS, data={"w": b"ciphertext"}, meta={"kept": 1}).to_shareable()
+    ctx = FLContext()
+    ctx.set_prop(AppConstants.TRAIN_SHAREABLE, task, private=True, sticky=False)
+    TrainTaskSettings(client_settings={"fedprox_mu": 0.25}).handle_event(AppEventType.BEFORE_TRAIN_TASK, ctx)
+    received = FLModelUtils.from_shareable(task)
+    assert received.meta["fedprox_mu"] == 0.25 and received.meta["kept"] == 1
+    assert received.params == {"w": b"ciphertext"}
 
 
 def test_without_encryption_the_job_has_no_he_part(tmp_path):

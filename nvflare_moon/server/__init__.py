@@ -14,12 +14,12 @@ from .prototypes import PrototypeSharingAggregator
 from .run_checks import RunOutcomeCheck, ShardCoverageCheck
 from .sampling import SampledFedAvg
 from .scaffold import ScaffoldAggregator
-from .settings import SettingsFedAvg
+from .settings import SettingsFedAvg, TrainTaskSettings
 
 __all__ = [
     "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
     "PrototypeSharingAggregator", "DualAggregator", "SettingsFedAvg", "ShardCoverageCheck", "RunOutcomeCheck",
-    "SiteMetricsRecorder",
+    "SiteMetricsRecorder", "TrainTaskSettings",
 ]
 
 keep_simulator_site_names_apart()

@@ -348,7 +348,7 @@ class FedAvgExecutor(Executor):
         self._stream_metrics(metrics, round_number, fl_ctx)
         params = state_dict_to_numpy(self._net)
         # NVFlare's HE encryptor weighs by NUM_STEPS_CURRENT_ROUND; FedAvg's weight is the sample count
-        weight_steps = self._num_samples if self.encrypted_aggregation else result.steps
+        steps_or_samples = self._num_samples if self.encrypted_aggregation else result.steps
         if self.send_weight_diff:
             params = {name: value - np.asarray(received.params[name]) for name, value in params.items()}
         reply = FLModel(
@@ -356,7 +356,7 @@ class FedAvgExecutor(Executor):
             params_type=ParamsType.DIFF if self.send_weight_diff else ParamsType.FULL,
             metrics=metrics,
             meta={
-                "num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: weight_steps, **self.extra_meta()
+                "num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples, **self.extra_meta()
             },
         )
         return FLModelUtils.to_shareable(reply)
@@ -493,7 +493,7 @@ def check_he_context(fl_ctx: FLContext) -> None:
 
     try:
         load_tenseal_context_from_workspace(HE_CLIENT_CONTEXT, fl_ctx)
-    except Exception as e:
+    except Exception as e:  # NVFlare raises ValueError for a missing file; TenSEAL a TypeError for no content
         raise ValueError(
             f"this job aggregates encrypted updates (encryption='ckks') and this site has no usable HE context: {e}. "
             "Re-provision the federation with NVFlare's HEBuilder (deploy/project.yml; on the POC: python "

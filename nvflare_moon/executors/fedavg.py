@@ -356,7 +356,8 @@ class FedAvgExecutor(Executor):
             params_type=ParamsType.DIFF if self.send_weight_diff else ParamsType.FULL,
             metrics=metrics,
             meta={
-                "num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples, **self.extra_meta()
+                "num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples,
+                **self.extra_meta(),
             },
         )
         return FLModelUtils.to_shareable(reply)

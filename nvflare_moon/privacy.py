@@ -17,6 +17,8 @@ from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivac
 from nvflare.app_opt.pt.quantization.constant import QUANTIZATION_TYPE
 from nvflare.recipe.spec import Recipe
 
+from .validation import check_optional_choice
+
 QUANTIZATION_CHOICES = tuple(q.lower() for q in QUANTIZATION_TYPE)
 PRIVACY_FILTERS = (PercentilePrivacy, SVTPrivacy, ExcludeVars)
 DIFF_FILTERS = (PercentilePrivacy, SVTPrivacy)  # they threshold and clip |Δw|: full weights would be destroyed
@@ -32,17 +34,10 @@ SCAFFOLD_LIMITS = {
 
 def check_quantization(quantization: Optional[str]) -> None:
     """Raise ValueError unless ``quantization`` is None or one of NVFlare's types whose filters import here."""
-    if quantization is None:
-        return
-    if quantization not in QUANTIZATION_CHOICES:
-        raise ValueError(f"quantization must be None or one of {list(QUANTIZATION_CHOICES)}, got {quantization!r}")
-    try:
-        import nvflare.app_opt.pt.quantization.quantizer  # noqa: F401  (imports bitsandbytes)
-    except ImportError as e:
-        raise ValueError(
-            f"quantization={quantization!r} needs NVFlare's quantization filters, which need bitsandbytes "
-            f"(pip install 'nvflare-moon[compression]'): {e}"
-        ) from e
+    check_optional_choice(
+        "quantization", quantization, QUANTIZATION_CHOICES, module="nvflare.app_opt.pt.quantization.quantizer",
+        needs="NVFlare's quantization filters, which need bitsandbytes (pip install 'nvflare-moon[compression]')",
+    )  # fmt: skip
 
 
 def check_privacy_filters(privacy_filters: Optional[Sequence[Filter]]) -> List[Filter]:

@@ -26,6 +26,7 @@ from nvflare.apis.executor import Executor
 from nvflare.apis.filter import Filter
 from nvflare.app_common.widgets.convert_to_fed_event import ConvertToFedEvent
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
+from nvflare.app_common.app_constant import AlgorithmConstants
 from nvflare.app_common.utils.math_utils import parse_compare_criteria
 from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.job_config.model import PTModel
@@ -39,13 +40,14 @@ from .executors import (
 )  # fmt: skip
 from .core.sampling import sites_per_round
 from .models import Network
+from .encryption import WHY_NOT_ENCRYPTED, add_encrypted_server, add_encryption_filters, check_encryption
 from .privacy import (
     SCAFFOLD_LIMITS, add_update_filters, check_privacy_filters, check_quantization, refuse_unsupported,
     sends_weight_diff, withholds_entries,
 )  # fmt: skip
 from .server import (
     DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, RunOutcomeCheck, SampledFedAvg,
-    ScaffoldAggregator, ShardCoverageCheck, WeightedFedAvgAggregator,
+    ScaffoldAggregator, ShardCoverageCheck, SiteMetricsRecorder, TrainTaskSettings, WeightedFedAvgAggregator,
 )  # fmt: skip
 from .validation import check_number
 
@@ -95,6 +97,10 @@ class FedAvgBaselineRecipe(Recipe):
             three on a GPU, at the server and every site). None: off. Needs bitsandbytes (extra ``compression``).
         privacy_filters: NVFlare's ``PercentilePrivacy``, ``SVTPrivacy`` or ``ExcludeVars`` instances, applied in
             this order to the sites' train results (see :mod:`nvflare_moon.privacy`). Refused for SCAFFOLD.
+        encryption: ``"ckks"``: aggregate under NVFlare's homomorphic encryption (see :mod:`nvflare_moon.encryption`),
+            on a federation provisioned with its ``HEBuilder``; needs ``server_evaluation=False`` and none of
+            ``quantization``, ``privacy_filters``, ``sample_fraction < 1``, ``stop_cond``. FedAvg, FedProx and MOON.
+            None: off.
     """
 
     option_limits: Dict[str, str] = {}  # option -> why this method cannot take it (refused at build)
@@ -128,10 +134,13 @@ class FedAvgBaselineRecipe(Recipe):
         byoc: bool = True,
         quantization: Optional[str] = None,
         privacy_filters: Optional[List[Filter]] = None,
+        encryption: Optional[str] = None,
     ):
         check_quantization(quantization)
         privacy_filters = check_privacy_filters(privacy_filters)
-        refuse_unsupported(type(self).__name__, {"privacy_filters": privacy_filters}, self.option_limits)
+        refuse_unsupported(
+            type(self).__name__, {"privacy_filters": privacy_filters, "encryption": encryption}, self.option_limits
+        )
         check_number("min_clients", min_clients, low=1, integer=True)
         check_number("num_rounds", num_rounds, low=1, integer=True)
         num_sites = min_clients if num_sites is None else num_sites
@@ -154,6 +163,10 @@ class FedAvgBaselineRecipe(Recipe):
             check_number("patience", patience, low=1, integer=True)
             if stop_cond is None:
                 raise ValueError(f"patience={patience} counts rounds without improvement of stop_cond's metric; set it")
+        check_encryption(
+            encryption, quantization=quantization, privacy_filters=privacy_filters,
+            server_evaluation=server_evaluation, sample_fraction=sample_fraction, stop_cond=stop_cond,
+        )  # fmt: skip
         self.min_clients = min_clients
         self.num_rounds = num_rounds
         self.num_sites = num_sites
@@ -167,6 +180,7 @@ class FedAvgBaselineRecipe(Recipe):
         self.byoc = byoc
         self.quantization = quantization
         self.privacy_filters = privacy_filters
+        self.encryption = encryption
         self.allow_partial_updates = withholds_entries(privacy_filters)  # for make_aggregator
         self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
 
@@ -181,27 +195,33 @@ class FedAvgBaselineRecipe(Recipe):
                 model=network(), **data_args, num_sites=num_sites, partition=partition, beta=beta, seed=seed,
                 local_epochs=local_epochs, batch_size=batch_size, lr=lr, momentum=momentum,
                 weight_decay=weight_decay, device=device, num_threads=num_threads,
-                send_weight_diff=sends_weight_diff(privacy_filters),
+                send_weight_diff=sends_weight_diff(privacy_filters), encrypted_aggregation=encryption is not None,
             )
         )  # fmt: skip
 
         job = FedJob(name=name, min_clients=min_clients)
         job.set_app_packages(["nvflare_moon"])
-        job.comp_ids = job.to_server(PTModel(model=network()), id="persistor")  # the ids NVFlare's helpers look up
-        controller_args = dict(
-            num_clients=min_clients, num_rounds=num_rounds, aggregator=self.make_aggregator(), stop_cond=stop_cond,
-            patience=patience, **self.controller_args(),
-        )  # fmt: skip
-        if sample_fraction < 1:
-            controller = SampledFedAvg(sample_fraction=sample_fraction, sample_seed=seed, **controller_args)
+        tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
+        if encryption is not None:
+            add_encrypted_server(job, network(), min_clients, num_rounds, tasks[0])
+            job.to_server(SiteMetricsRecorder(model=network()), id="global_evaluator")
+            if self.task_meta():
+                job.to_server(TrainTaskSettings(client_settings=self.task_meta()), id="task_settings")
         else:
-            controller = FedAvg(**controller_args)
-        job.to_server(controller, id="controller")
-        test_data = dict(data_args) if server_evaluation else dict(dataset=None)
-        job.to_server(GlobalModelEvaluator(model=network(), **test_data, device=device), id="global_evaluator")
+            job.comp_ids = job.to_server(PTModel(model=network()), id="persistor")  # the ids NVFlare's helpers read
+            controller_args = dict(
+                num_clients=min_clients, num_rounds=num_rounds, aggregator=self.make_aggregator(),
+                stop_cond=stop_cond, patience=patience, **self.controller_args(),
+            )  # fmt: skip
+            if sample_fraction < 1:
+                controller = SampledFedAvg(sample_fraction=sample_fraction, sample_seed=seed, **controller_args)
+            else:
+                controller = FedAvg(**controller_args)
+            job.to_server(controller, id="controller")
+            test_data = dict(data_args) if server_evaluation else dict(dataset=None)
+            job.to_server(GlobalModelEvaluator(model=network(), **test_data, device=device), id="global_evaluator")
         job.to_server(ShardCoverageCheck(num_sites=num_sites), id="shard_coverage_check")
         job.to_server(RunOutcomeCheck(controller_id="controller"), id="run_outcome_check")
-        tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
         job.to_clients(executor, tasks=tasks)
         job.to_clients(ConvertToFedEvent(events_to_convert=[ANALYTIC_EVENT_TYPE]), id="event_to_fed")
         if byoc:
@@ -210,6 +230,8 @@ class FedAvgBaselineRecipe(Recipe):
             job.to_clients(marker)
         super().__init__(job)
         add_update_filters(self, quantization, privacy_filters, tasks[0], tasks[1:])
+        if encryption is not None:
+            add_encryption_filters(self, *tasks)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return FedAvgExecutor(**common_args)
@@ -219,6 +241,11 @@ class FedAvgBaselineRecipe(Recipe):
 
     def controller_args(self) -> Dict[str, Any]:
         """Extra arguments of NVFlare's FedAvg controller."""
+        return {}
+
+    def task_meta(self) -> Dict[str, Any]:
+        """Under encryption, what the server puts in the meta of every train task (NVFlare's ``ScatterAndGather``
+        sends no method settings, where its FedAvg controller takes them as :meth:`controller_args`)."""
         return {}
 
     def extra_network_args(self) -> Dict[str, Any]:
@@ -275,8 +302,8 @@ class MoonRecipe(FedAvgBaselineRecipe):
 class FedProxRecipe(FedAvgBaselineRecipe):
     """FedProx (Li et al., MLSys 2020): FedAvg plus the proximal term (μ/2)·‖w − w_glob‖².
 
-    The FedAvg controller sends μ with every model (NVFlare's ``fedprox_mu`` convention); :class:`FedProxExecutor`
-    reads it.
+    The FedAvg controller sends μ with every model (NVFlare's ``fedprox_mu`` convention), or under encryption
+    :class:`TrainTaskSettings` beside NVFlare's ``ScatterAndGather``; :class:`FedProxExecutor` reads it.
 
     Args:
         mu: μ > 0 (the MOON paper's best: 0.01 for CIFAR-10, 0.001 for CIFAR-100 and Tiny-ImageNet).
@@ -294,6 +321,9 @@ class FedProxRecipe(FedAvgBaselineRecipe):
     def controller_args(self) -> Dict[str, Any]:
         return {"fedprox_mu": self.mu}
 
+    def task_meta(self) -> Dict[str, Any]:
+        return {AlgorithmConstants.FEDPROX_MU: self.mu}
+
 
 class ScaffoldRecipe(FedAvgBaselineRecipe):
     """SCAFFOLD (Karimireddy et al., ICML 2020, option II) with the sites' controls persisted between rounds.
@@ -303,7 +333,7 @@ class ScaffoldRecipe(FedAvgBaselineRecipe):
     argument but ``privacy_filters``.
     """
 
-    option_limits = SCAFFOLD_LIMITS
+    option_limits = {**SCAFFOLD_LIMITS, "encryption": WHY_NOT_ENCRYPTED["scaffold"]}
 
     def __init__(self, *, name: str = "scaffold_cifar10", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -334,6 +364,8 @@ class FedSSCRecipe(MoonRecipe):
         **kwargs: every :class:`MoonRecipe` argument but ``mu`` and ``representation_loss`` (the cold start schedules
             μ_moon) and every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
     """
+
+    option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedssc"]}
 
     def __init__(
         self, *, name: str = "fedssc_cifar10", mu_moon: Optional[float] = None, mu_glob: float = 1.0,
@@ -381,6 +413,8 @@ class FedSiamDARecipe(FedAvgBaselineRecipe):
             included) or ``"parameters"`` (without them).
         **kwargs: every :class:`FedAvgBaselineRecipe` argument.
     """
+
+    option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedsiam_da"]}
 
     def __init__(
         self, *, name: str = "fedsiam_da_cifar10", mu: float = 0.01, history: str = "epoch",

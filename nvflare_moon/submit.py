@@ -153,6 +153,15 @@ def failure_reasons(session: Session, job_id: str, max_lines: int = 12) -> List[
     return reasons[-max_lines:]
 
 
+def _headline(record: dict) -> str:
+    """A round's accuracy for the report: the server's test accuracy, or (no server evaluation, encrypted
+    aggregation) the key metric, the sites' weighted mean accuracy of the global model they received."""
+    if "test_accuracy" in record:
+        return f"test accuracy {record['test_accuracy']:.4f}"
+    best = record.get("best_model")
+    return f"sites' mean {best['key_metric']} {best['value']:.4f}" if best else "no accuracy reported"
+
+
 def error_lines(log_text: str) -> List[str]:
     """The errors in an NVFlare log: each ERROR record, its continuation lines joined to it (but not a traceback's
     frames), and the last line of each traceback (``package.SomeError: message``)."""
@@ -286,8 +295,7 @@ def main(argv=None) -> int:
     if results is not None:
         last = results.metrics()[-1]
         print(f"global model:     {results.global_model}")
-        print(f"metrics:          {results.metrics_file} "
-              f"(round {last['round']}: test accuracy {last['test_accuracy']:.4f})")  # fmt: skip
+        print(f"metrics:          {results.metrics_file} (round {last['round']}: {_headline(last)})")
         print(f"TensorBoard logs: {results.tb_events}  (tensorboard --logdir {results.tb_events})")
     return 0
 

@@ -1,5 +1,6 @@
 """Argument checks shared by every component, with messages that name the argument and its valid range."""
 
+import importlib
 import math
 from typing import Any, Iterable, Optional
 
@@ -30,3 +31,16 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
     choices = sorted(choices)
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def check_optional_choice(name: str, value: Any, choices: Iterable[str], *, module: str, needs: str) -> None:
+    """Raise ValueError unless ``value`` is None (the option is off), or one of ``choices`` with ``module``
+    importable here; the message names the option and what to install (``needs``)."""
+    if value is None:
+        return
+    if value not in choices:
+        raise ValueError(f"{name} must be None or one of {list(choices)}, got {value!r}")
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise ValueError(f"{name}={value!r} needs {needs}: {e}") from e

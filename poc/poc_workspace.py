@@ -51,6 +51,10 @@ class PocWorkspace:
         """The server and the sites: what ``nvflare poc start`` starts (admin consoles are started by hand)."""
         return [p["name"] for p in self._participants("server")] + self.sites()
 
+    def has_he(self) -> bool:
+        """Whether the project provisions HE contexts (NVFlare's HEBuilder, ``nvflare poc prepare --he``)."""
+        return any(b.get("path", "").endswith(".HEBuilder") for b in (self.project() or {}).get("builders", []))
+
     def port(self) -> int:
         (server,) = self._participants("server")
         return int(server.get("fed_learn_port", NVFLARE_DEFAULT_PORT))

@@ -1,7 +1,10 @@
 """Step 1: prepare a POC workspace (one server, N sites and the admin users, all on this machine) with
 ``nvflare poc prepare``.
 
-    python poc/prepare.py --sites 2 --workspace /tmp/nvflare/poc [--port 8002] [--force]
+    python poc/prepare.py --sites 2 --workspace /tmp/nvflare/poc [--port 8002] [--he] [--force]
+
+``--he`` adds NVFlare's HEBuilder (``nvflare poc prepare --he``): the server's kit gets ``server_context.tenseal``
+(public), each site's ``client_context.tenseal`` (with the secret key), for jobs with ``encryption="ckks"``.
 
 Idempotent: a workspace that already has these sites and this port is left alone (its job results too); one prepared
 otherwise is recreated only with ``--force``. A running POC is never touched (stop it first: ``poc/stop.py``), nor a
@@ -26,6 +29,7 @@ def main() -> None:
         "-p", "--port", type=int, default=NVFLARE_DEFAULT_PORT,
         help="the server's port on localhost, for the sites and the admin (default %(default)s)",
     )  # fmt: skip
+    parser.add_argument("--he", action="store_true", help="provision the HE contexts for encrypted aggregation")
     parser.add_argument("--force", action="store_true", help="recreate the workspace even if it is already prepared")
     args = parser.parse_args()
     if args.sites < 1:
@@ -41,12 +45,13 @@ def main() -> None:
     if os.path.isdir(ws.root) and os.listdir(ws.root) and ws.project() is None:
         fail(f"{ws.root} is not empty and not a POC workspace; NVFlare would delete it: choose a new folder")
     if ws.project() is None or args.force:
-        prepare(ws, args.sites, args.port)
-    elif ws.sites() != wanted_sites or ws.port() != args.port:
-        fail(f"{ws.root} is prepared for {', '.join(ws.sites())} on port {ws.port()}; --force recreates it "
-             "(deleting the job results in it)")  # fmt: skip
+        prepare(ws, args.sites, args.port, args.he)
+    elif ws.sites() != wanted_sites or ws.port() != args.port or ws.has_he() != args.he:
+        fail(f"{ws.root} is prepared for {', '.join(ws.sites())} on port {ws.port()}{_he_note(ws.has_he())}; "
+             "--force recreates it (deleting the job results in it)")  # fmt: skip
     else:
-        print(f"{ws.root} is already prepared with {', '.join(wanted_sites)} on port {args.port}; nothing to do")
+        print(f"{ws.root} is already prepared with {', '.join(wanted_sites)} on port {args.port}{_he_note(args.he)}; "
+              "nothing to do")  # fmt: skip
     print(f"POC workspace: {ws.root}")
     print(f"  server:      localhost:{ws.port()}")
     print(f"  sites:       {', '.join(ws.sites())}")
@@ -54,10 +59,16 @@ def main() -> None:
     print(f"Next: python poc/start.py -w {ws.root}")
 
 
-def prepare(ws: PocWorkspace, num_sites: int, port: int) -> None:
-    """NVFlare's default POC project for ``num_sites`` sites; a second pass with its project file sets the port."""
+def _he_note(he: bool) -> str:
+    return " with HE contexts" if he else " without HE contexts"
+
+
+def prepare(ws: PocWorkspace, num_sites: int, port: int, he: bool) -> None:
+    """NVFlare's default POC project for ``num_sites`` sites (with its HE builder if ``he``); a second pass with its
+    project file, which keeps that builder, sets the port."""
     print(f"preparing {ws.root} for {num_sites} sites (nvflare poc prepare) ...", flush=True)
-    if nvflare(["poc", "prepare", "-n", str(num_sites), "--force"], ws).returncode != 0:
+    he_flag = ["--he"] if he else []
+    if nvflare(["poc", "prepare", "-n", str(num_sites), *he_flag, "--force"], ws).returncode != 0:
         fail("nvflare poc prepare failed (see above)")
     if port == ws.port():
         return

@@ -4,6 +4,7 @@ Every process a test starts is stopped by its PID (or by the process group it wa
 every wait is bounded.
 """
 
+import importlib.util
 import os
 import signal
 import socket
@@ -11,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, TypeVar
+from typing import Callable, Iterator, List, Optional, TypeVar
 
 import torch
 
@@ -21,6 +22,7 @@ from nvflare_moon.submit import open_session
 from .conftest import REPO
 
 T = TypeVar("T")
+SITES = ["site-1", "site-2"]
 VENV_BIN = os.path.dirname(sys.executable)
 
 
@@ -82,9 +84,11 @@ def run_script(script: str, *args: str, env: dict, timeout: float = 120) -> subp
     )  # fmt: skip
 
 
-def export_tiny_moon(jobs: Path, name: str, num_rounds: int, min_clients: int = 2, **kwargs) -> Path:
-    """A MOON job on the tiny synthetic dataset: a few seconds per round on CPU."""
-    recipe = MoonRecipe(
+def export_tiny_moon(
+    jobs: Path, name: str, num_rounds: int, min_clients: int = 2, recipe_class: type = MoonRecipe, **kwargs
+) -> Path:
+    """A MOON job (or ``recipe_class``'s) on the tiny synthetic dataset: a few seconds per round on CPU."""
+    recipe = recipe_class(
         name=name, min_clients=min_clients, num_rounds=num_rounds, dataset="synthetic", local_epochs=1,
         batch_size=32, lr=0.05, num_threads=1, **kwargs,
     )  # fmt: skip
@@ -111,3 +115,59 @@ def connect(admin_kit: Path, timeout: float):
             return None
 
     return wait_until(attempt, timeout, f"an admin session to the server with {admin_kit.name}", interval=1)
+
+
+def _poc_workspace_class():
+    """``poc/poc_workspace.py``'s PocWorkspace, loaded from its file: the poc/ scripts are not a package, and putting
+    poc/ on ``sys.path`` would change every later import of the test session."""
+    spec = importlib.util.spec_from_file_location("poc_workspace", REPO / "poc" / "poc_workspace.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PocWorkspace
+
+
+PocWorkspace = _poc_workspace_class()
+
+
+class Poc:
+    def __init__(self, root: Path, env: dict):
+        self.root = root
+        self.env = env
+        self.ws = PocWorkspace(str(root / "ws"))
+
+    def site(self, name: str) -> Path:
+        return Path(self.ws.prod_dir()) / name
+
+    @property
+    def admin_kit(self) -> Path:
+        return Path(self.ws.admin_kit())
+
+
+def running_poc(root: Path, he: bool = False) -> Iterator[Poc]:
+    """A module fixture's body: a POC of a server and :data:`SITES` on a free port (with NVFlare's HE contexts if
+    ``he``), prepared and started with the poc/ scripts, stopped with poc/stop.py and then by PID whatever is left;
+    then the scripts are checked to be no-ops when run again."""
+    env = nvflare_env(root / "home")
+    env["NVFLARE_POC_WORKSPACE"] = str(root / "ws")
+    federation = Poc(root, env)
+    prepare = ["poc/prepare.py", "-n", str(len(SITES)), "-p", str(free_port()), "-w", str(root / "ws")]
+    prepare += ["--he"] if he else []
+    prepared = run_script(*prepare, env=env)
+    assert prepared.returncode == 0, prepared.stdout
+    try:
+        started = run_script("poc/start.py", "-w", str(root / "ws"), env=env, timeout=180)
+        assert started.returncode == 0, started.stdout
+        yield federation
+    finally:
+        try:
+            stopped = run_script("poc/stop.py", "-w", str(root / "ws"), env=env, timeout=180)
+            stop_report = (stopped.returncode, stopped.stdout)
+        except subprocess.TimeoutExpired:
+            stop_report = (None, "poc/stop.py did not finish within 180 s")
+        left = federation.ws.live_pids()
+        kill(pid for pids in left.values() for pid in pids)  # by PID, should stop.py have failed
+        kill(pid for name in ["server", *SITES] for pid in pids_of(str(federation.site(name))))  # their job processes
+    assert stop_report[0] == 0 and not left, stop_report[1]
+    # once stopped, the scripts are no-ops when run again; the job results stay
+    assert "nothing to do" in run_script("poc/stop.py", "-w", str(root / "ws"), env=env).stdout
+    assert "already prepared" in run_script(*prepare, env=env).stdout

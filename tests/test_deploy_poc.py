@@ -16,7 +16,6 @@ beside others on the same sites:
 The last test then SIGKILLs the server during a fourth job; the POC's restart loop brings the server back.
 """
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -36,23 +35,11 @@ from nvflare_moon.core.state import SiteStateStore
 from .conftest import REPO
 from .test_client_api_e2e import SCRIPT, script_module
 from .federation import (
-    connect, export_tiny_moon, free_port, kill, nvflare_env, pids_of, run_script, saved_state, wait_until,
+    SITES, Poc, connect, export_tiny_moon, kill, pids_of, run_script, running_poc, saved_state, wait_until,
 )  # fmt: skip
 
 
-def _poc_workspace_class():
-    """``poc/poc_workspace.py``'s PocWorkspace, loaded from its file: the poc/ scripts are not a package, and putting
-    poc/ on ``sys.path`` would change every later import of the test session."""
-    spec = importlib.util.spec_from_file_location("poc_workspace", REPO / "poc" / "poc_workspace.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PocWorkspace
-
-
-PocWorkspace = _poc_workspace_class()
-
 pytestmark = pytest.mark.deploy
-SITES = ["site-1", "site-2"]
 ROUNDS = 3
 KILLED_ROUNDS = 4  # the kill lands in round 2, so that round 3 is left for the continuation even if round 2 finished
 SPOIL_PLAN = {"site-2": ["nan", "missing_key", "wrong_shape", "nan"], "site-1": [None, None, None, "nan"]}
@@ -62,46 +49,9 @@ WORKER = "nvflare.private.fed.app.client.worker_process"
 JOB_TIMEOUT = 240
 
 
-class Poc:
-    def __init__(self, root: Path, env: dict):
-        self.root = root
-        self.env = env
-        self.ws = PocWorkspace(str(root / "ws"))
-
-    def site(self, name: str) -> Path:
-        return Path(self.ws.prod_dir()) / name
-
-    @property
-    def admin_kit(self) -> Path:
-        return Path(self.ws.admin_kit())
-
-
 @pytest.fixture(scope="module")
 def poc(tmp_path_factory):
-    root = tmp_path_factory.mktemp("poc")
-    env = nvflare_env(root / "home")
-    env["NVFLARE_POC_WORKSPACE"] = str(root / "ws")
-    federation = Poc(root, env)
-    prepare = ["poc/prepare.py", "-n", "2", "-p", str(free_port()), "-w", str(root / "ws")]
-    prepared = run_script(*prepare, env=env)
-    assert prepared.returncode == 0, prepared.stdout
-    try:
-        started = run_script("poc/start.py", "-w", str(root / "ws"), env=env, timeout=180)
-        assert started.returncode == 0, started.stdout
-        yield federation
-    finally:
-        try:
-            stopped = run_script("poc/stop.py", "-w", str(root / "ws"), env=env, timeout=180)
-            stop_report = (stopped.returncode, stopped.stdout)
-        except subprocess.TimeoutExpired:
-            stop_report = (None, "poc/stop.py did not finish within 180 s")
-        left = federation.ws.live_pids()
-        kill(pid for pids in left.values() for pid in pids)  # by PID, should stop.py have failed
-        kill(pid for name in ["server", *SITES] for pid in pids_of(str(federation.site(name))))  # their job processes
-    assert stop_report[0] == 0 and not left, stop_report[1]
-    # once stopped, the scripts are no-ops when run again; the job results stay
-    assert "nothing to do" in run_script("poc/stop.py", "-w", str(root / "ws"), env=env).stdout
-    assert "already prepared" in run_script(*prepare, env=env).stdout
+    yield from running_poc(tmp_path_factory.mktemp("poc"))
 
 
 def spoiling_job(job_dir: Path) -> Path:

@@ -8,7 +8,7 @@ import pytest
 from nvflare.fuel.flare_api.api_spec import NoConnection
 
 from nvflare_moon.submit import (
-    JobFailed, JobLost, JobResults, continue_job, error_lines, job_lost_reason, submit_token, wait_for_job,
+    JobFailed, JobLost, JobResults, _headline, continue_job, error_lines, job_lost_reason, submit_token, wait_for_job,
 )  # fmt: skip
 
 SITE_ERROR_LOG = """\
@@ -136,3 +136,10 @@ def test_only_an_ended_job_that_did_not_complete_can_be_continued(tmp_path, stat
 
     with pytest.raises(ValueError, match=message):
         continue_job(JobSession(), "job-1", str(tmp_path), timeout=1)
+
+
+def test_the_report_shows_the_key_metric_of_a_job_whose_server_does_not_evaluate():
+    # server_evaluation=False and encrypted aggregation: no test_accuracy, the sites' weighted mean is the key metric
+    assert _headline({"test_accuracy": 0.5}) == "test accuracy 0.5000"
+    assert _headline({"best_model": {"key_metric": "accuracy", "value": 0.25}}) == "sites' mean accuracy 0.2500"
+    assert _headline({"best_model": None}) == "no accuracy reported"

@@ -31,3 +31,17 @@ def load_numpy_state(model: nn.Module, params: Dict[str, Any]) -> None:
             + ", ".join(f"{n} {r} vs {o}" for n, (r, o) in sorted(mismatched.items()))
         )
     model.load_state_dict(received)
+
+
+def restore_shapes(params: Dict[str, Any], reference: Dict[str, torch.Tensor]) -> Dict[str, Any]:
+    """``params`` with every flat entry that holds as many values as its ``reference`` entry reshaped to it.
+
+    Decrypted CKKS vectors (NVFlare's HE filters) are flat lists; anything else is left for
+    :func:`load_numpy_state` to check.
+    """
+    restored = dict(params)
+    for name, value in params.items():
+        array = np.asarray(value)
+        if name in reference and array.ndim == 1 and array.size == reference[name].numel():
+            restored[name] = array.reshape(tuple(reference[name].shape))
+    return restored

@@ -39,7 +39,7 @@ from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from ..core.objectives import CrossEntropyObjective
 from ..core.state import SiteStateStore, StateUnusable, tensor_signature
 from ..core.training import evaluate, frozen_copy, sgd, train_local
-from ..core.weights import load_numpy_state, state_dict_to_numpy
+from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
 from ..data import (
     DATASETS, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_test_arrays, site_train_arrays, test_transform,
     train_transform,
@@ -52,6 +52,7 @@ from ..validation import JOB_REFUSED_HEADER, check_choice, check_flag, check_num
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
 EVAL_BATCH_SIZE = 500
 
+HE_CLIENT_CONTEXT = "client_context.tenseal"  # what NVFlare's HEBuilder writes into a site's kit (with the secret key)
 STATE_FOLDER = "nvflare_moon"  # in a site's run folder of the job: <workspace>/<site>/<job_id>/nvflare_moon/<name>.pt
 
 
@@ -87,6 +88,11 @@ class FedAvgExecutor(Executor):
         send_weight_diff: send w_local − w_global (``params_type`` DIFF) instead of the weights, for task-result
             filters made for differences (NVFlare's ``PercentilePrivacy``, ``SVTPrivacy``); our aggregators add it
             back to the global model. The site's own state (previous models, controls) is unaffected.
+        encrypted_aggregation: the job runs NVFlare's HE filters (the recipes' ``encryption="ckks"``): the site
+            checks at start that its kit holds the HE context, restores the shapes of the decrypted global model
+            (CKKS vectors are flat), and puts its sample count n_k in ``NUM_STEPS_CURRENT_ROUND``, the number
+            NVFlare's ``HEModelEncryptor`` multiplies the weights by before encrypting them (its aggregator divides
+            the encrypted sum by Σ n_k), so that the aggregate stays FedAvg's n_k-weighted mean.
     """
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
@@ -119,6 +125,7 @@ class FedAvgExecutor(Executor):
         resume_from_job_id: Optional[str] = None,
         resume_state_dir: Optional[str] = None,
         send_weight_diff: bool = False,
+        encrypted_aggregation: bool = False,
     ):
         super().__init__()
         if isinstance(dataset, str):
@@ -172,6 +179,8 @@ class FedAvgExecutor(Executor):
         self.resume_state_dir = resume_state_dir
         check_flag("send_weight_diff", send_weight_diff)
         self.send_weight_diff = send_weight_diff
+        check_flag("encrypted_aggregation", encrypted_aggregation)
+        self.encrypted_aggregation = encrypted_aggregation
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None
         self._train_data = None
@@ -194,6 +203,8 @@ class FedAvgExecutor(Executor):
 
     def _setup(self, fl_ctx: FLContext) -> None:
         check_site_identity(fl_ctx)
+        if self.encrypted_aggregation:
+            check_he_context(fl_ctx)
         site = fl_ctx.get_identity_name()
         torch.set_num_threads(resolve_num_threads(self.num_threads))
         self._torch_device = resolve_device(self.device)
@@ -290,7 +301,7 @@ class FedAvgExecutor(Executor):
         round_number = received.current_round or 0
         site = fl_ctx.get_identity_name()
         try:
-            load_numpy_state(self._net, received.params)
+            load_numpy_state(self._net, self._received_params(received))
             self.on_receive(received, fl_ctx)
         except ValueError as e:
             self.log_error(fl_ctx, str(e))
@@ -336,13 +347,18 @@ class FedAvgExecutor(Executor):
         )
         self._stream_metrics(metrics, round_number, fl_ctx)
         params = state_dict_to_numpy(self._net)
+        # NVFlare's HE encryptor weighs by NUM_STEPS_CURRENT_ROUND; FedAvg's weight is the sample count
+        steps_or_samples = self._num_samples if self.encrypted_aggregation else result.steps
         if self.send_weight_diff:
             params = {name: value - np.asarray(received.params[name]) for name, value in params.items()}
         reply = FLModel(
             params=params,
             params_type=ParamsType.DIFF if self.send_weight_diff else ParamsType.FULL,
             metrics=metrics,
-            meta={"num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: result.steps, **self.extra_meta()},
+            meta={
+                "num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples,
+                **self.extra_meta(),
+            },
         )
         return FLModelUtils.to_shareable(reply)
 
@@ -360,7 +376,7 @@ class FedAvgExecutor(Executor):
         received = FLModelUtils.from_shareable(shareable, fl_ctx)
         model = frozen_copy(self._net)
         try:
-            load_numpy_state(model, received.params or {})
+            load_numpy_state(model, self._received_params(received))
         except ValueError as e:
             self.log_error(fl_ctx, f"{site}: cannot evaluate the model of {owner}: {e}")
             return make_reply(ReturnCode.BAD_TASK_DATA)
@@ -388,6 +404,11 @@ class FedAvgExecutor(Executor):
         self.log_info(fl_ctx, f"{site}: submitting the local model trained in round {round_number}")
         params = {name: t.numpy() for name, t in state.items()}
         return FLModelUtils.to_shareable(FLModel(params=params, params_type=ParamsType.FULL))
+
+    def _received_params(self, received: FLModel) -> Dict[str, Any]:
+        """The received weights; under HE, decrypted CKKS vectors come flat and take the local network's shapes."""
+        params = received.params or {}
+        return restore_shapes(params, self._net.state_dict()) if self.encrypted_aggregation else params
 
     # ---- what methods change ----------------------------------------------------------------------------------
 
@@ -465,6 +486,20 @@ class FedAvgExecutor(Executor):
             fl_ctx, f"continuing job {self.resume_from_job_id}: took its {name} state, saved in round {record['round']}"
         )
         return record
+
+
+def check_he_context(fl_ctx: FLContext) -> None:
+    """Raise ValueError, with NVFlare's reason and the fix, unless this site's kit holds the HE context."""
+    from nvflare.app_opt.he.homomorphic_encrypt import load_tenseal_context_from_workspace  # imports tenseal
+
+    try:
+        load_tenseal_context_from_workspace(HE_CLIENT_CONTEXT, fl_ctx)
+    except Exception as e:  # NVFlare raises ValueError for a missing file; TenSEAL a TypeError for no content
+        raise ValueError(
+            f"this job aggregates encrypted updates (encryption='ckks') and this site has no usable HE context: {e}. "
+            "Re-provision the federation with NVFlare's HEBuilder (deploy/project.yml; on the POC: python "
+            "poc/prepare.py --he --force) and restart the site with its new startup kit"
+        ) from e
 
 
 def _format(figures: Dict[str, float]) -> str:

@@ -9,16 +9,17 @@ from ..simulator_sites import keep_simulator_site_names_apart
 
 from .aggregators import WeightedFedAvgAggregator
 from .dual_aggregation import DualAggregator
-from .evaluator import GlobalModelEvaluator
+from .evaluator import GlobalModelEvaluator, SiteMetricsRecorder
 from .prototypes import PrototypeSharingAggregator
 from .run_checks import RunOutcomeCheck, ShardCoverageCheck
 from .sampling import SampledFedAvg
 from .scaffold import ScaffoldAggregator
-from .settings import SettingsFedAvg
+from .settings import SettingsFedAvg, TrainTaskSettings
 
 __all__ = [
     "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
     "PrototypeSharingAggregator", "DualAggregator", "SettingsFedAvg", "ShardCoverageCheck", "RunOutcomeCheck",
+    "SiteMetricsRecorder", "TrainTaskSettings",
 ]
 
 keep_simulator_site_names_apart()

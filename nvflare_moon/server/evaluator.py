@@ -5,7 +5,7 @@ import json
 import math
 import os
 import time
-from typing import Dict, Optional, Union
+from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -13,13 +13,16 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.tensorboard import SummaryWriter
 
+from nvflare.apis.dxo import MetaKey, from_shareable
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_component import FLComponent
 from nvflare.apis.fl_context import FLContext
+from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.app_event_type import AppEventType
 
-from ..core.site_metrics import site_spread
+from ..core.aggregation import normalized_weights
+from ..core.site_metrics import site_spread, weighted_metric_means
 from ..core.training import evaluate
 from ..core.weights import load_numpy_state
 from ..data import DATASETS, TensorBatchLoader, load_dataset, test_transform
@@ -64,6 +67,8 @@ class GlobalModelEvaluator(FLComponent):
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ...
         num_threads: torch CPU threads for the server process; None keeps torch's default.
     """
+
+    announces_best_model = True  # fire GLOBAL_BEST_MODEL_AVAILABLE, so that the persistor saves the best model
 
     def __init__(
         self,
@@ -129,8 +134,13 @@ class GlobalModelEvaluator(FLComponent):
         self._writer = SummaryWriter(os.path.join(run_dir, "tb_events", "global"))
         self._metrics_path = os.path.join(run_dir, METRICS_FILENAME)
 
+    def round_aggregate(self, fl_ctx: FLContext) -> FLModel:
+        """The round's aggregate as an ``FLModel`` (weights, the sites' mean metrics, their figures in the meta):
+        what our aggregators return to NVFlare's ``FedAvg`` controller."""
+        return fl_ctx.get_prop(AppConstants.AGGREGATION_RESULT)
+
     def _evaluate_round(self, fl_ctx: FLContext) -> None:
-        aggregate = fl_ctx.get_prop(AppConstants.AGGREGATION_RESULT)
+        aggregate = self.round_aggregate(fl_ctx)
         round_number = int(fl_ctx.get_prop(AppConstants.CURRENT_ROUND, 0))
         meta = aggregate.meta or {}
         record = {"round": round_number, "time": time.time()}
@@ -178,9 +188,9 @@ class GlobalModelEvaluator(FLComponent):
         if value > self._best_value:
             self._best_value, self._best_model_round = value, model_round
             self.log_info(fl_ctx, f"new best global model (round {model_round} aggregate): {key} {value:.4f}")
-            if model_round == round_number:
+            if self.announces_best_model and model_round == round_number:
                 self._best_pending = True  # this aggregate becomes the global model after the aggregation
-            else:
+            elif self.announces_best_model:
                 self.fire_event(AppEventType.GLOBAL_BEST_MODEL_AVAILABLE, fl_ctx)  # it is the global model now
         return {"key_metric": key, "value": value, "best_value": self._best_value, "round": self._best_model_round}
 
@@ -204,6 +214,52 @@ class GlobalModelEvaluator(FLComponent):
         self._writer.flush()
         with open(self._metrics_path, "a") as f:
             f.write(json.dumps(record, default=_to_builtin) + "\n")
+
+
+class SiteMetricsRecorder(GlobalModelEvaluator):
+    """The round record of a server that cannot read the aggregate: encrypted aggregation (the recipes'
+    ``encryption="ckks"``), where NVFlare's ``ScatterAndGather`` runs its HE aggregator on ciphertexts.
+
+    The sites' own figures still travel in the clear in each update's meta (their metrics, ``num_samples``), so this
+    component collects them as the aggregator accepts each update and writes the same ``global_metrics.jsonl`` line,
+    TensorBoard scalars and best-model tracking as :class:`GlobalModelEvaluator` without server data: the key metric
+    is the ``num_samples``-weighted mean of the sites' ``accuracy`` of the global model they received.
+
+    The best round is recorded but not announced: NVFlare's persistor would save the run's global model, a dict of
+    live CKKS vectors, without the HE serialize filter, and fail.
+
+    Args:
+        model: the same network as the clients' (never evaluated here; kept for the job's shape).
+    """
+
+    announces_best_model = False
+
+    def __init__(self, model: nn.Module):
+        super().__init__(model=model, dataset=None)
+        self._site_figures: Dict[str, Tuple[float, Dict[str, float]]] = {}  # site -> (num_samples, metrics)
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext):
+        if event_type == AppEventType.AFTER_CONTRIBUTION_ACCEPT and fl_ctx.get_prop(AppConstants.AGGREGATION_ACCEPTED):
+            self._note_contribution(fl_ctx)
+        super().handle_event(event_type, fl_ctx)
+
+    def _note_contribution(self, fl_ctx: FLContext) -> None:
+        site = fl_ctx.get_peer_context().get_identity_name()
+        meta = from_shareable(fl_ctx.get_prop(AppConstants.TRAINING_RESULT)).meta
+        metrics = meta.get(MetaKey.INITIAL_METRICS) or {}
+        figures = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.number))}
+        self._site_figures[site] = (float(meta.get("num_samples", 1.0)), figures)
+
+    def round_aggregate(self, fl_ctx: FLContext) -> FLModel:
+        sites = sorted(self._site_figures)
+        counts = [self._site_figures[s][0] for s in sites]
+        weights = dict(zip(sites, normalized_weights(counts).tolist())) if sites else {}
+        site_metrics = {s: self._site_figures[s][1] for s in sites}
+        self._site_figures = {}
+        return FLModel(
+            params={}, metrics=weighted_metric_means(site_metrics, weights),
+            meta={"site_metrics": site_metrics, "site_weights": weights},
+        )  # fmt: skip
 
 
 def _to_builtin(value):

@@ -48,8 +48,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     runs = [
-        json.loads(subprocess.run([sys.executable, "-c", PHASES, args.data_root], check=True, capture_output=True,
-                                  text=True).stdout)  # fmt: skip
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", PHASES, args.data_root], check=True, capture_output=True, text=True
+            ).stdout
+        )
         for _ in range(args.repeats)
     ]
     best = {name: min(run[name] for run in runs) for name in runs[0]}

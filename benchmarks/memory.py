@@ -87,13 +87,25 @@ def measure_federated(method: str, arch: str, dataset: str, data_root: str, num_
     from nvflare_moon.core.scaffold import apply_control_deltas
 
     after_imports = rss_mb()
-    executor_class = {"fedavg": FedAvgExecutor, "fedprox": FedProxExecutor, "scaffold": ScaffoldExecutor,
-                      "moon": MoonExecutor}[method]  # fmt: skip
+    executor_class = {
+        "fedavg": FedAvgExecutor,
+        "fedprox": FedProxExecutor,
+        "scaffold": ScaffoldExecutor,
+        "moon": MoonExecutor,
+    }[method]
     network = Network(arch=arch, num_classes=NUM_CLASSES[dataset])
     executor = executor_class(
-        model=network, dataset=dataset, data_root=data_root, download=False, num_sites=num_sites, partition="iid",
-        local_epochs=1, batch_size=BATCH, device="cpu", num_threads=None,
-    )  # fmt: skip
+        model=network,
+        dataset=dataset,
+        data_root=data_root,
+        download=False,
+        num_sites=num_sites,
+        partition="iid",
+        local_epochs=1,
+        batch_size=BATCH,
+        device="cpu",
+        num_threads=None,
+    )
     fl_ctx = client_context("site-1", run_dir)
     executor.handle_event(EventType.START_RUN, fl_ctx)
     after_setup = rss_mb()
@@ -214,15 +226,29 @@ def main() -> None:
             num_sites = num_train // (args.steps * BATCH)
             for method in args.methods.split(","):
                 run_dir = tempfile.mkdtemp(dir=scratch)
-                cmd = [sys.executable, os.path.abspath(__file__), "--child", "--method", method, "--arch", arch,
-                       "--dataset", dataset, "--num-sites", str(num_sites), "--run-dir", run_dir,
-                       "--threads", str(args.threads)] + (["--data-root", data_root] if data_root else [])  # fmt: skip
+                cmd = [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--child",
+                    "--method",
+                    method,
+                    "--arch",
+                    arch,
+                    "--dataset",
+                    dataset,
+                    "--num-sites",
+                    str(num_sites),
+                    "--run-dir",
+                    run_dir,
+                    "--threads",
+                    str(args.threads),
+                ] + (["--data-root", data_root] if data_root else [])
                 done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
                 if done.returncode != 0 or not lines:
                     raise RuntimeError(f"{method}/{arch} failed:\n{done.stdout[-3000:]}")
                 row = dict(method=method, arch=arch, dataset=dataset + (" (random stand-in)" if stand_in else ""))
-                row.update(json.loads(lines[-1][len("RESULT "):]))
+                row.update(json.loads(lines[-1][len("RESULT ") :]))
                 rows.append(row)
                 print(f"{method:<9}{arch:<11} peak {row['peak_rss_mb']:7.0f} MB ({row['seconds']:.0f} s)", flush=True)
     finally:
@@ -234,8 +260,10 @@ def main() -> None:
     fedavg = {r["arch"]: r["peak_rss_mb"] for r in rows if r["method"] == "fedavg"}
     for r in rows:
         ratio = f"{r['peak_rss_mb'] / fedavg[r['arch']]:.2f}x" if r["arch"] in fedavg else "-"
-        print(f"{r['method']:<10}{r['arch']:<12}{r['dataset']:<30}{r['rss_after_imports_mb']:>9.0f}"
-              f"{r['rss_after_setup_mb']:>9.0f}{r['peak_rss_mb']:>9.0f}{ratio:>11}")  # fmt: skip
+        print(
+            f"{r['method']:<10}{r['arch']:<12}{r['dataset']:<30}{r['rss_after_imports_mb']:>9.0f}"
+            f"{r['rss_after_setup_mb']:>9.0f}{r['peak_rss_mb']:>9.0f}{ratio:>11}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"batch_size": BATCH, "threads": args.threads, "rows": rows}, f, indent=1)

@@ -28,8 +28,18 @@ TRAINED = re.compile(r"trained (\d+) steps in ([\d.]+) s")
 
 
 def run_simulator(job_root: str, n: int, t: int, workspace: str) -> tuple:
-    cmd = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", os.path.join(job_root, "moon_cifar10"),
-           "-w", workspace, "-n", str(n), "-t", str(t)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "nvflare.private.fed.app.simulator.simulator",
+        os.path.join(job_root, "moon_cifar10"),
+        "-w",
+        workspace,
+        "-n",
+        str(n),
+        "-t",
+        str(t),
+    ]
     started = time.perf_counter()
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=True).stdout
     return time.perf_counter() - started, out
@@ -72,9 +82,13 @@ def main() -> None:
     tasks = [(int(s), float(sec)) for s, sec in TRAINED.findall(log)]
     in_job = sum(sec for _, sec in tasks)
     pure = pure_training_seconds(args.n, args.rounds, args.epochs, threads=cores)
-    print(f"nvflare simulator -n {args.n} -t {args.t}, {args.rounds} rounds x {args.epochs} local epochs, {cores} cores")
+    print(
+        f"nvflare simulator -n {args.n} -t {args.t}, {args.rounds} rounds x {args.epochs} local epochs, {cores} cores"
+    )
     print(f"  simulator wall time:                  {wall:8.1f} s")
-    print(f"  training time logged by the clients:  {in_job:8.1f} s over {len(tasks)} tasks (concurrent, {args.t} workers)")
+    print(
+        f"  training time logged by the clients:  {in_job:8.1f} s over {len(tasks)} tasks (concurrent, {args.t} workers)"
+    )
     print(f"  same training in one process:         {pure:8.1f} s")
     print(f"  overhead factor (wall / pure):        {wall / pure:8.2f}x")
 

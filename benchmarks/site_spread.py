@@ -23,9 +23,15 @@ RECIPES = {"fedavg": FedAvgBaselineRecipe, "fedsiam_da": FedSiamDARecipe, "moon"
 
 def run(method: str, args, root: str) -> list:
     recipe = RECIPES[method](
-        name=method, min_clients=args.sites, num_rounds=args.rounds, dataset="cifar10", beta=args.beta,
-        local_epochs=args.local_epochs, seed=args.seed, device="cpu",
-    )  # fmt: skip
+        name=method,
+        min_clients=args.sites,
+        num_rounds=args.rounds,
+        dataset="cifar10",
+        beta=args.beta,
+        local_epochs=args.local_epochs,
+        seed=args.seed,
+        device="cpu",
+    )
     recipe.execute(SimEnv(num_clients=args.sites, num_threads=args.sites, workspace_root=root))
     path = os.path.join(root, method, "server", "simulate_job", "global_metrics.jsonl")
     with open(path) as f:

@@ -126,15 +126,21 @@ def synchronize(device: torch.device) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", default=None, help="folder with cifar-10-batches-py/ (default: $NVFLARE_MOON_DATA)")
+    parser.add_argument(
+        "--data-root", default=None, help="folder with cifar-10-batches-py/ (default: $NVFLARE_MOON_DATA)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, auto (the data and its augmentation go there too)")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--arch", default="simple_cnn", choices=["simple_cnn", "resnet50"])
-    parser.add_argument("--clock", default="wall", choices=list(CLOCKS),
-                        help="wall: images per second; cpu: per CPU-second of this process, for a busy machine")
+    parser.add_argument(
+        "--clock",
+        default="wall",
+        choices=list(CLOCKS),
+        help="wall: images per second; cpu: per CPU-second of this process, for a busy machine",
+    )
     parser.add_argument("--synthetic-input", action="store_true", help="random tensors instead of the data path")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
@@ -176,9 +182,13 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             figures = {
-                "arch": args.arch, "clock": args.clock, "device": str(device), "threads": args.threads, "input": source,
+                "arch": args.arch,
+                "clock": args.clock,
+                "device": str(device),
+                "threads": args.threads,
+                "input": source,
                 "images_per_second": best,
-            }  # fmt: skip
+            }
             json.dump(figures, f, indent=1)
 
 

@@ -27,8 +27,12 @@ from .core.objectives import HISTORY_BRANCHES, HISTORY_CHOICES
 from .core.schedules import check_mu_schedule
 from .privacy import add_update_filters, check_quantization
 from .server import (
-    DualAggregator, PrototypeSharingAggregator, ScaffoldAggregator, SettingsFedAvg, WeightedFedAvgAggregator,
-)  # fmt: skip
+    DualAggregator,
+    PrototypeSharingAggregator,
+    ScaffoldAggregator,
+    SettingsFedAvg,
+    WeightedFedAvgAggregator,
+)
 from .validation import check_choice, check_number
 
 
@@ -90,9 +94,16 @@ class MoonScriptRecipe(_ScriptRecipe):
     """
 
     def __init__(
-        self, *, name: str = "moon_script", mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
-        mu_off_rounds: int = 0, mu_ramp_rounds: int = 0, **kwargs,
-    ):  # fmt: skip
+        self,
+        *,
+        name: str = "moon_script",
+        mu: float = 5.0,
+        temperature: float = 0.5,
+        num_previous_models: int = 1,
+        mu_off_rounds: int = 0,
+        mu_ramp_rounds: int = 0,
+        **kwargs,
+    ):
         check_mu_schedule(mu, mu_off_rounds, mu_ramp_rounds)
         check_number("temperature", temperature, low=0, low_inclusive=False)
         check_number("num_previous_models", num_previous_models, low=1, integer=True)
@@ -136,11 +147,22 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
     """
 
     def __init__(
-        self, *, name: str = "fedssc_script", num_classes: int, prototype_dim: int, mu_moon: float = 5.0,
-        mu_glob: float = 1.0, temperature: float = 0.5, num_previous_models: int = 1, min_class_count: int = 10,
-        prototype_clip_norm: Optional[float] = None, prototype_noise_std: float = 0.0, seed: int = 0,
-        exclude_own_prototype: bool = False, **kwargs,
-    ):  # fmt: skip
+        self,
+        *,
+        name: str = "fedssc_script",
+        num_classes: int,
+        prototype_dim: int,
+        mu_moon: float = 5.0,
+        mu_glob: float = 1.0,
+        temperature: float = 0.5,
+        num_previous_models: int = 1,
+        min_class_count: int = 10,
+        prototype_clip_norm: Optional[float] = None,
+        prototype_noise_std: float = 0.0,
+        seed: int = 0,
+        exclude_own_prototype: bool = False,
+        **kwargs,
+    ):
         check_number("mu_glob", mu_glob, low=0)
         check_number("min_class_count", min_class_count, low=1, integer=True)
         if prototype_clip_norm is not None:
@@ -161,9 +183,12 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
 
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(
-            num_classes=self.num_classes, prototype_dim=self.prototype_dim, min_class_count=self.min_class_count,
-            seed=self.seed, exclude_own_prototype=self.exclude_own_prototype,
-        )  # fmt: skip
+            num_classes=self.num_classes,
+            prototype_dim=self.prototype_dim,
+            min_class_count=self.min_class_count,
+            seed=self.seed,
+            exclude_own_prototype=self.exclude_own_prototype,
+        )
 
     def client_settings(self) -> Dict[str, Any]:
         clip = self.prototype_clip_norm
@@ -192,9 +217,16 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
     """
 
     def __init__(
-        self, *, name: str = "fedsiam_da_script", mu: float = 0.01, history: str = "epoch",
-        history_branch: str = "projection", cosine_floor: float = 1e-6, cosine_vector: str = "state", **kwargs,
-    ):  # fmt: skip
+        self,
+        *,
+        name: str = "fedsiam_da_script",
+        mu: float = 0.01,
+        history: str = "epoch",
+        history_branch: str = "projection",
+        cosine_floor: float = 1e-6,
+        cosine_vector: str = "state",
+        **kwargs,
+    ):
         check_number("mu", mu, low=0)
         check_choice("history", history, HISTORY_CHOICES)
         check_choice("history_branch", history_branch, HISTORY_BRANCHES)
@@ -212,9 +244,10 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
 
     def client_settings(self) -> Dict[str, Any]:
         return {
-            meta.FEDSIAM_DA_MU: float(self.mu), meta.FEDSIAM_DA_HISTORY: self.history,
+            meta.FEDSIAM_DA_MU: float(self.mu),
+            meta.FEDSIAM_DA_HISTORY: self.history,
             meta.FEDSIAM_DA_HISTORY_BRANCH: self.history_branch,
-        }  # fmt: skip
+        }
 
 
 class ScaffoldScriptRecipe(_ScriptRecipe):

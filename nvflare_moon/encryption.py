@@ -41,15 +41,23 @@ WHY_NOT_ENCRYPTED = {
 
 
 def check_encryption(
-    encryption: Optional[str], *, quantization: Optional[str], privacy_filters: Sequence[Filter],
-    server_evaluation: bool, sample_fraction: float, stop_cond: Optional[str],
-) -> None:  # fmt: skip
+    encryption: Optional[str],
+    *,
+    quantization: Optional[str],
+    privacy_filters: Sequence[Filter],
+    server_evaluation: bool,
+    sample_fraction: float,
+    stop_cond: Optional[str],
+) -> None:
     """Raise ValueError, naming ``encryption`` and the option in the way, unless ``encryption`` is None, or
     ``"ckks"`` with TenSEAL installed and no option that needs plaintext weights on the server."""
     check_optional_choice(
-        "encryption", encryption, ENCRYPTION_CHOICES, module="tenseal",
+        "encryption",
+        encryption,
+        ENCRYPTION_CHOICES,
+        module="tenseal",
         needs="TenSEAL on the server and every site (pip install 'nvflare-moon[he]')",
-    )  # fmt: skip
+    )
     if encryption is None:
         return
     conflicts = {
@@ -97,10 +105,14 @@ def add_encrypted_server(job: FedJob, network, min_clients: int, num_rounds: int
     aggregator = HEInTimeAccumulateWeightedAggregator(expected_data_kind=DataKind.WEIGHTS, weigh_by_local_iter=False)
     job.to_server(aggregator, id="aggregator")
     controller = ScatterAndGather(
-        min_clients=min_clients, num_rounds=num_rounds, wait_time_after_min_received=0, aggregator_id="aggregator",
-        persistor_id=job.comp_ids["persistor_id"], shareable_generator_id="shareable_generator",
+        min_clients=min_clients,
+        num_rounds=num_rounds,
+        wait_time_after_min_received=0,
+        aggregator_id="aggregator",
+        persistor_id=job.comp_ids["persistor_id"],
+        shareable_generator_id="shareable_generator",
         train_task_name=train_task,
-    )  # fmt: skip
+    )
     job.to_server(controller, id="controller")
 
 

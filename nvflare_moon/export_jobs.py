@@ -33,9 +33,14 @@ JOBS: Dict[str, Callable[[], Recipe]] = {
         name="moon_cifar100_50sites", dataset="cifar100", arch="resnet50", mu=10.0, min_clients=50, num_rounds=200
     ),
     "moon_cifar100_100sites_sampled": lambda: MoonRecipe(
-        name="moon_cifar100_100sites_sampled", dataset="cifar100", arch="resnet50", mu=10.0, min_clients=100,
-        sample_fraction=0.2, num_rounds=500,
-    ),  # fmt: skip
+        name="moon_cifar100_100sites_sampled",
+        dataset="cifar100",
+        arch="resnet50",
+        mu=10.0,
+        min_clients=100,
+        sample_fraction=0.2,
+        num_rounds=500,
+    ),
 }
 
 

@@ -99,12 +99,18 @@ class SimpleCNN(nn.Sequential):
 
     def __init__(self):
         super().__init__(
-            nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(3, 6, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
             nn.Flatten(),
-            nn.Linear(16 * 5 * 5, 120), nn.ReLU(),
-            nn.Linear(120, 84), nn.ReLU(),
-        )  # fmt: skip
+            nn.Linear(16 * 5 * 5, 120),
+            nn.ReLU(),
+            nn.Linear(120, 84),
+            nn.ReLU(),
+        )
 
 
 def cifar_resnet50() -> nn.Module:
@@ -150,9 +156,12 @@ class Network(ProjectionModel):
             if seed is not None:
                 torch.manual_seed(seed)
             super().__init__(
-                make_backbone(), feat_dim=feat_dim, num_classes=num_classes, out_dim=out_dim,
+                make_backbone(),
+                feat_dim=feat_dim,
+                num_classes=num_classes,
+                out_dim=out_dim,
                 predictor_hidden_dim=predictor_hidden_dim,
-            )  # fmt: skip
+            )
         self.arch = arch
         self.num_classes = num_classes
         self.out_dim = out_dim

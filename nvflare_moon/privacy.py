@@ -35,9 +35,12 @@ SCAFFOLD_LIMITS = {
 def check_quantization(quantization: Optional[str]) -> None:
     """Raise ValueError unless ``quantization`` is None or one of NVFlare's types whose filters import here."""
     check_optional_choice(
-        "quantization", quantization, QUANTIZATION_CHOICES, module="nvflare.app_opt.pt.quantization.quantizer",
+        "quantization",
+        quantization,
+        QUANTIZATION_CHOICES,
+        module="nvflare.app_opt.pt.quantization.quantizer",
         needs="NVFlare's quantization filters, which need bitsandbytes (pip install 'nvflare-moon[compression]')",
-    )  # fmt: skip
+    )
 
 
 def check_privacy_filters(privacy_filters: Optional[Sequence[Filter]]) -> List[Filter]:
@@ -78,7 +81,10 @@ def withholds_entries(privacy_filters: Sequence[Filter]) -> bool:
 
 
 def add_update_filters(
-    recipe: Recipe, quantization: Optional[str], privacy_filters: Sequence[Filter], train_task: str,
+    recipe: Recipe,
+    quantization: Optional[str],
+    privacy_filters: Sequence[Filter],
+    train_task: str,
     other_tasks: Sequence[str],
 ) -> None:
     """Add the privacy filters to the sites' ``train_task`` results, then the quantization filters on both sides of

@@ -15,6 +15,7 @@ from nvflare.app_opt.pt.quantization.quantizer import ModelQuantizer
 
 def _split_floats(params: dict) -> Tuple[dict, dict]:
     """(float entries, the others)."""
+
     def is_float(v) -> bool:
         return v.is_floating_point() if torch.is_tensor(v) else np.issubdtype(np.asarray(v).dtype, np.floating)
 

@@ -36,19 +36,37 @@ from nvflare.recipe.spec import Recipe
 
 from .data import NUM_CLASSES
 from .executors import (
-    FedAvgExecutor, FedProxExecutor, FedSiamDAExecutor, FedSSCExecutor, MoonExecutor, ScaffoldExecutor,
-)  # fmt: skip
+    FedAvgExecutor,
+    FedProxExecutor,
+    FedSiamDAExecutor,
+    FedSSCExecutor,
+    MoonExecutor,
+    ScaffoldExecutor,
+)
 from .core.sampling import sites_per_round
 from .models import Network
 from .encryption import WHY_NOT_ENCRYPTED, add_encrypted_server, add_encryption_filters, check_encryption
 from .privacy import (
-    SCAFFOLD_LIMITS, add_update_filters, check_privacy_filters, check_quantization, refuse_unsupported,
-    sends_weight_diff, withholds_entries,
-)  # fmt: skip
+    SCAFFOLD_LIMITS,
+    add_update_filters,
+    check_privacy_filters,
+    check_quantization,
+    refuse_unsupported,
+    sends_weight_diff,
+    withholds_entries,
+)
 from .server import (
-    DualAggregator, GlobalModelEvaluator, PrototypeSharingAggregator, RunOutcomeCheck, SampledFedAvg,
-    ScaffoldAggregator, ShardCoverageCheck, SiteMetricsRecorder, TrainTaskSettings, WeightedFedAvgAggregator,
-)  # fmt: skip
+    DualAggregator,
+    GlobalModelEvaluator,
+    PrototypeSharingAggregator,
+    RunOutcomeCheck,
+    SampledFedAvg,
+    ScaffoldAggregator,
+    ShardCoverageCheck,
+    SiteMetricsRecorder,
+    TrainTaskSettings,
+    WeightedFedAvgAggregator,
+)
 from .validation import check_number
 
 # MOON's best μ per dataset in the MOON paper (Li, He and Song, CVPR 2021, Sec. 4.2: 5 on CIFAR-10, 1 on CIFAR-100 and
@@ -164,9 +182,13 @@ class FedAvgBaselineRecipe(Recipe):
             if stop_cond is None:
                 raise ValueError(f"patience={patience} counts rounds without improvement of stop_cond's metric; set it")
         check_encryption(
-            encryption, quantization=quantization, privacy_filters=privacy_filters,
-            server_evaluation=server_evaluation, sample_fraction=sample_fraction, stop_cond=stop_cond,
-        )  # fmt: skip
+            encryption,
+            quantization=quantization,
+            privacy_filters=privacy_filters,
+            server_evaluation=server_evaluation,
+            sample_fraction=sample_fraction,
+            stop_cond=stop_cond,
+        )
         self.min_clients = min_clients
         self.num_rounds = num_rounds
         self.num_sites = num_sites
@@ -192,12 +214,23 @@ class FedAvgBaselineRecipe(Recipe):
         data_args = dict(dataset=dataset, data_root=data_root, download=download)
         executor = self.make_executor(
             dict(
-                model=network(), **data_args, num_sites=num_sites, partition=partition, beta=beta, seed=seed,
-                local_epochs=local_epochs, batch_size=batch_size, lr=lr, momentum=momentum,
-                weight_decay=weight_decay, device=device, num_threads=num_threads,
-                send_weight_diff=sends_weight_diff(privacy_filters), encrypted_aggregation=encryption is not None,
+                model=network(),
+                **data_args,
+                num_sites=num_sites,
+                partition=partition,
+                beta=beta,
+                seed=seed,
+                local_epochs=local_epochs,
+                batch_size=batch_size,
+                lr=lr,
+                momentum=momentum,
+                weight_decay=weight_decay,
+                device=device,
+                num_threads=num_threads,
+                send_weight_diff=sends_weight_diff(privacy_filters),
+                encrypted_aggregation=encryption is not None,
             )
-        )  # fmt: skip
+        )
 
         job = FedJob(name=name, min_clients=min_clients)
         job.set_app_packages(["nvflare_moon"])
@@ -210,9 +243,13 @@ class FedAvgBaselineRecipe(Recipe):
         else:
             job.comp_ids = job.to_server(PTModel(model=network()), id="persistor")  # the ids NVFlare's helpers read
             controller_args = dict(
-                num_clients=min_clients, num_rounds=num_rounds, aggregator=self.make_aggregator(),
-                stop_cond=stop_cond, patience=patience, **self.controller_args(),
-            )  # fmt: skip
+                num_clients=min_clients,
+                num_rounds=num_rounds,
+                aggregator=self.make_aggregator(),
+                stop_cond=stop_cond,
+                patience=patience,
+                **self.controller_args(),
+            )
             if sample_fraction < 1:
                 controller = SampledFedAvg(sample_fraction=sample_fraction, sample_seed=seed, **controller_args)
             else:
@@ -273,10 +310,19 @@ class MoonRecipe(FedAvgBaselineRecipe):
     """
 
     def __init__(
-        self, *, name: str = "moon_cifar10", mu: Optional[float] = None, temperature: float = 0.5,
-        num_previous_models: int = 1, representation_loss: str = "contrastive", mu_off_rounds: int = 0,
-        mu_ramp_rounds: int = 0, feature_noise_std: float = 0.0, light_history: bool = False, **kwargs,
-    ):  # fmt: skip
+        self,
+        *,
+        name: str = "moon_cifar10",
+        mu: Optional[float] = None,
+        temperature: float = 0.5,
+        num_previous_models: int = 1,
+        representation_loss: str = "contrastive",
+        mu_off_rounds: int = 0,
+        mu_ramp_rounds: int = 0,
+        feature_noise_std: float = 0.0,
+        light_history: bool = False,
+        **kwargs,
+    ):
         self.mu = MOON_MU.get(kwargs.get("dataset", "cifar10"), 5.0) if mu is None else mu  # unknown: refused below
         self.temperature = temperature
         self.num_previous_models = num_previous_models
@@ -293,9 +339,13 @@ class MoonRecipe(FedAvgBaselineRecipe):
     def moon_args(self) -> Dict[str, Any]:
         """The executor arguments of MOON's term, shared with FedSSC."""
         return dict(
-            mu=self.mu, temperature=self.temperature, num_previous_models=self.num_previous_models,
-            mu_off_rounds=self.mu_off_rounds, mu_ramp_rounds=self.mu_ramp_rounds,
-            feature_noise_std=self.feature_noise_std, light_history=self.light_history,
+            mu=self.mu,
+            temperature=self.temperature,
+            num_previous_models=self.num_previous_models,
+            mu_off_rounds=self.mu_off_rounds,
+            mu_ramp_rounds=self.mu_ramp_rounds,
+            feature_noise_std=self.feature_noise_std,
+            light_history=self.light_history,
         )
 
 
@@ -368,11 +418,19 @@ class FedSSCRecipe(MoonRecipe):
     option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedssc"]}
 
     def __init__(
-        self, *, name: str = "fedssc_cifar10", mu_moon: Optional[float] = None, mu_glob: float = 1.0,
-        temperature: float = 0.5, num_previous_models: int = 1, min_class_count: int = 10,
-        prototype_clip_norm: Optional[float] = None, prototype_noise_std: float = 0.0,
-        exclude_own_prototype: bool = False, **kwargs,
-    ):  # fmt: skip
+        self,
+        *,
+        name: str = "fedssc_cifar10",
+        mu_moon: Optional[float] = None,
+        mu_glob: float = 1.0,
+        temperature: float = 0.5,
+        num_previous_models: int = 1,
+        min_class_count: int = 10,
+        prototype_clip_norm: Optional[float] = None,
+        prototype_noise_std: float = 0.0,
+        exclude_own_prototype: bool = False,
+        **kwargs,
+    ):
         self.mu_glob = mu_glob
         self.min_class_count = min_class_count
         self.prototype_clip_norm = prototype_clip_norm
@@ -385,16 +443,23 @@ class FedSSCRecipe(MoonRecipe):
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return FedSSCExecutor(
-            **common_args, **self.moon_args(), mu_glob=self.mu_glob, min_class_count=self.min_class_count,
-            prototype_clip_norm=self.prototype_clip_norm, prototype_noise_std=self.prototype_noise_std,
-        )  # fmt: skip
+            **common_args,
+            **self.moon_args(),
+            mu_glob=self.mu_glob,
+            min_class_count=self.min_class_count,
+            prototype_clip_norm=self.prototype_clip_norm,
+            prototype_noise_std=self.prototype_noise_std,
+        )
 
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(
-            num_classes=NUM_CLASSES[self.dataset], prototype_dim=self.out_dim, min_class_count=self.min_class_count,
-            seed=self.seed, exclude_own_prototype=self.exclude_own_prototype,
+            num_classes=NUM_CLASSES[self.dataset],
+            prototype_dim=self.out_dim,
+            min_class_count=self.min_class_count,
+            seed=self.seed,
+            exclude_own_prototype=self.exclude_own_prototype,
             allow_partial_updates=self.allow_partial_updates,
-        )  # fmt: skip
+        )
 
 
 class FedSiamDARecipe(FedAvgBaselineRecipe):
@@ -417,10 +482,17 @@ class FedSiamDARecipe(FedAvgBaselineRecipe):
     option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedsiam_da"]}
 
     def __init__(
-        self, *, name: str = "fedsiam_da_cifar10", mu: float = 0.01, history: str = "epoch",
-        history_branch: str = "projection", predictor_hidden_dim: int = 64, cosine_floor: float = 1e-6,
-        cosine_vector: str = "state", **kwargs,
-    ):  # fmt: skip
+        self,
+        *,
+        name: str = "fedsiam_da_cifar10",
+        mu: float = 0.01,
+        history: str = "epoch",
+        history_branch: str = "projection",
+        predictor_hidden_dim: int = 64,
+        cosine_floor: float = 1e-6,
+        cosine_vector: str = "state",
+        **kwargs,
+    ):
         self.mu = mu
         self.history = history
         self.history_branch = history_branch
@@ -434,9 +506,10 @@ class FedSiamDARecipe(FedAvgBaselineRecipe):
 
     def make_aggregator(self) -> ModelAggregator:
         return DualAggregator(
-            cosine_floor=self.cosine_floor, cosine_vector=self.cosine_vector,
+            cosine_floor=self.cosine_floor,
+            cosine_vector=self.cosine_vector,
             allow_partial_updates=self.allow_partial_updates,
-        )  # fmt: skip
+        )
 
     def extra_network_args(self) -> Dict[str, Any]:
         return {"predictor_hidden_dim": self.predictor_hidden_dim}

@@ -324,13 +324,16 @@ def save_resume_point(
     model_path = workspace_checkpoint(workspace)
     _, meta = read_checkpoint(model_path)
     last_round = meta["current_round"]
-    server_config = _read_json(os.path.join(workspace, "server", SIMULATOR_JOB_ID, "app_server", "config",
-                                            "config_fed_server.json"))  # fmt: skip
+    server_config = _read_json(
+        os.path.join(workspace, "server", SIMULATOR_JOB_ID, "app_server", "config", "config_fed_server.json")
+    )
     first_round, _ = _round_range(_controller(server_config, "the workspace's server config"))
     previous = load_resume_point(dest) if os.path.exists(os.path.join(dest, POINT_FILE)) else None
     if previous is not None and previous.last_round > last_round:
-        raise ValueError(f"{dest} holds round {previous.last_round}, the workspace {workspace} only round "
-                         f"{last_round}: keeping the resume point; continue from it")  # fmt: skip
+        raise ValueError(
+            f"{dest} holds round {previous.last_round}, the workspace {workspace} only round "
+            f"{last_round}: keeping the resume point; continue from it"
+        )
     if first_round > 0 and (previous is None or previous.last_round != first_round - 1):
         raise ValueError(
             f"the run in {workspace} continues from round {first_round - 1}, but {dest} does not hold that resume "
@@ -340,8 +343,9 @@ def save_resume_point(
     run_metrics = _read_jsonl(os.path.join(workspace, "server", SIMULATOR_JOB_ID, METRICS_FILE))
     metrics = earlier + [r for r in run_metrics if first_round <= r["round"] <= last_round]
     if [r["round"] for r in metrics] != list(range(last_round + 1)):
-        raise ValueError(f"the global metrics of {workspace} hold rounds {[r['round'] for r in metrics]}, "
-                         f"expected 0 … {last_round}")  # fmt: skip
+        raise ValueError(
+            f"the global metrics of {workspace} hold rounds {[r['round'] for r in metrics]}, expected 0 … {last_round}"
+        )
 
     tmp = f"{os.path.abspath(dest)}.tmp.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -467,8 +471,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--workspace", "-w", required=True, help="the simulator workspace (-w) of the stopped run")
     parser.add_argument("--job", help="the job folder it ran (default: rebuilt from the workspace)")
-    parser.add_argument("--point", help="the resume point folder (default: WORKSPACE_resume); if the workspace has "
-                        "no aggregated round, the run continues from this point")  # fmt: skip
+    parser.add_argument(
+        "--point",
+        help="the resume point folder (default: WORKSPACE_resume); if the workspace has "
+        "no aggregated round, the run continues from this point",
+    )
     parser.add_argument("--save-only", action="store_true", help="save the resume point and stop")
     parser.add_argument("-n", type=int, help="the simulator's -n (default: the point's number of sites)")
     parser.add_argument("-t", type=int, help="the simulator's -t (default: -n)")

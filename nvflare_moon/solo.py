@@ -23,8 +23,16 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .data import (DATASETS, NUM_CLASSES, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_train_arrays,
-                   test_transform, train_transform)  # fmt: skip
+from .data import (
+    DATASETS,
+    NUM_CLASSES,
+    PARTITION_METHODS,
+    TensorBatchLoader,
+    load_dataset,
+    site_train_arrays,
+    test_transform,
+    train_transform,
+)
 from .core.objectives import CrossEntropyObjective
 from .core.training import Batch, TrainResult, evaluate, sgd, train_local
 from .models import BACKBONES, Network
@@ -91,9 +99,19 @@ def run_solo(
     if unknown:
         raise ValueError(f"sites {unknown} are not among site-1 ... site-{num_sites}")
     settings = dict(
-        dataset=dataset, num_sites=num_sites, epochs=epochs, arch=arch, out_dim=out_dim, partition=partition,
-        beta=beta, seed=seed, batch_size=batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay,
-    )  # fmt: skip
+        dataset=dataset,
+        num_sites=num_sites,
+        epochs=epochs,
+        arch=arch,
+        out_dim=out_dim,
+        partition=partition,
+        beta=beta,
+        seed=seed,
+        batch_size=batch_size,
+        lr=lr,
+        momentum=momentum,
+        weight_decay=weight_decay,
+    )
     torch_device = resolve_device(device)
     results = _finished_sites(output, settings, log)
     splits = load_dataset(dataset, data_root, download)
@@ -108,10 +126,14 @@ def run_solo(
         if len(shard) < batch_size:
             raise ValueError(f"{site} has {len(shard)} samples, fewer than batch_size={batch_size}")
         batches = TensorBatchLoader(
-            shard, batch_size, train_transform(dataset), shuffle=True, drop_last=True,
+            shard,
+            batch_size,
+            train_transform(dataset),
+            shuffle=True,
+            drop_last=True,
             seed=zlib.crc32(f"{seed}/{site}/solo".encode()),
             device=torch_device if torch_device.type == "cuda" else None,
-        )  # fmt: skip
+        )
         model = Network(arch=arch, num_classes=NUM_CLASSES[dataset], out_dim=out_dim, seed=seed).to(torch_device)
         log(f"{site}: {len(shard)} training samples, {len(batches)} batches/epoch, {epochs} epochs on {torch_device}")
         started = time.perf_counter()
@@ -177,8 +199,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
     parser.add_argument("--dataset", default="cifar10", choices=DATASETS)
     parser.add_argument("--num-sites", type=int, default=10, help="sites the training set is split over")
     parser.add_argument("--epochs", type=int, default=300, help="local epochs per site (the paper: 300)")
-    parser.add_argument("--arch", default=None, choices=sorted(BACKBONES),
-                        help="default: simple_cnn for cifar10/synthetic, resnet50 otherwise")  # fmt: skip
+    parser.add_argument(
+        "--arch",
+        default=None,
+        choices=sorted(BACKBONES),
+        help="default: simple_cnn for cifar10/synthetic, resnet50 otherwise",
+    )
     parser.add_argument("--out-dim", type=int, default=256)
     parser.add_argument("--partition", default="dirichlet", choices=PARTITION_METHODS)
     parser.add_argument("--beta", type=float, default=0.5)
@@ -199,12 +225,24 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict:
         torch.set_num_threads(args.num_threads)
     arch = args.arch or ("simple_cnn" if args.dataset in ("cifar10", "synthetic") else "resnet50")
     return run_solo(
-        dataset=args.dataset, num_sites=args.num_sites, epochs=args.epochs, arch=arch, out_dim=args.out_dim,
-        partition=args.partition, beta=args.beta, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
-        momentum=args.momentum, weight_decay=args.weight_decay, data_root=args.data_root,
-        download=not args.no_download, device=args.device,
-        sites=args.sites.split(",") if args.sites else None, output=args.output or f"solo_{args.dataset}.json",
-    )  # fmt: skip
+        dataset=args.dataset,
+        num_sites=args.num_sites,
+        epochs=args.epochs,
+        arch=arch,
+        out_dim=args.out_dim,
+        partition=args.partition,
+        beta=args.beta,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        data_root=args.data_root,
+        download=not args.no_download,
+        device=args.device,
+        sites=args.sites.split(",") if args.sites else None,
+        output=args.output or f"solo_{args.dataset}.json",
+    )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ _RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")  # an NVFlare log
 _TRACEBACK_END = re.compile(r"^\w+(\.\w+)*(Error|Exception|NotAuthorized): ")  # "module.SomeError: message"
 _ERROR_LOG_COMPONENT = "ERRORLOG_"
 _ALLOW_LIST_HINT = (
-    "A job without custom/ may only use classes on every site's class_allow_list: add \"nvflare_moon.\" to it in "
+    'A job without custom/ may only use classes on every site\'s class_allow_list: add "nvflare_moon." to it in '
     "local/resources.json of the server and the sites, or submit the job with custom/ (export it with byoc=True) as a "
     "user with the byoc right; see docs/deployment.md."
 )
@@ -204,9 +204,13 @@ def submit_token(job_dir: str) -> str:
 
 
 def run_job(
-    session: Session, job_dir: str, timeout: float, download_to: Optional[str] = None, resubmit: bool = False,
+    session: Session,
+    job_dir: str,
+    timeout: float,
+    download_to: Optional[str] = None,
+    resubmit: bool = False,
     poll_interval: float = 2.0,
-) -> Optional[JobResults]:  # fmt: skip
+) -> Optional[JobResults]:
     """Submit ``job_dir`` (once per content unless ``resubmit``), wait for it and, if ``download_to`` is given,
     download and check its results.
 
@@ -220,8 +224,11 @@ def run_job(
         min_clients = json.load(f).get("min_clients", 1)
     connected = len(session.get_system_info().client_info)
     if connected < min_clients:
-        print(f"note: the job needs {min_clients} sites and {connected} are connected; NVFlare starts it only once "
-              "enough sites are", flush=True)  # fmt: skip
+        print(
+            f"note: the job needs {min_clients} sites and {connected} are connected; NVFlare starts it only once "
+            "enough sites are",
+            flush=True,
+        )
     token = None if resubmit else submit_token(job_dir)
     job_id = session.submit_job(os.path.abspath(job_dir), submit_token=token)
     print(f"job {job_id}: {job_dir}" + ("" if resubmit else " (the same folder again gives this job back)"), flush=True)
@@ -236,9 +243,13 @@ def run_job(
 
 
 def continue_job(
-    session: Session, failed_job_id: str, work_dir: str, timeout: float, download_to: Optional[str] = None,
+    session: Session,
+    failed_job_id: str,
+    work_dir: str,
+    timeout: float,
+    download_to: Optional[str] = None,
     poll_interval: float = 2.0,
-) -> Optional[JobResults]:  # fmt: skip
+) -> Optional[JobResults]:
     """Continue a job that failed part-way (see :mod:`nvflare_moon.resume`): download its result into ``work_dir``,
     write the continuation job there, and run it as :func:`run_job` does (once: the same continuation again gives the
     job already submitted).
@@ -266,13 +277,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("job_dir", nargs="?", help="job folder, e.g. jobs/moon_cifar10")
     parser.add_argument(
-        "--resume", metavar="JOB_ID",
+        "--resume",
+        metavar="JOB_ID",
         help="instead of a job folder: continue this failed job from its last global model and every site's state",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--work-dir", default="continued_jobs",
+        "--work-dir",
+        default="continued_jobs",
         help="with --resume: where the failed job's result and its continuation go (default %(default)s)",
-    )  # fmt: skip
+    )
     parser.add_argument("--startup-kit", required=True, help="the submitting admin's startup kit folder")
     parser.add_argument("--user", help="admin user name (default: the startup kit's folder name)")
     parser.add_argument("--timeout", type=float, default=24 * 3600, help="seconds to wait for the job")

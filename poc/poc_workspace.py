@@ -17,10 +17,11 @@ PID_FILES = ("daemon_pid.fl", "pid.fl")  # the restart loop and the FL process o
 
 def add_workspace_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-w", "--workspace",
+        "-w",
+        "--workspace",
         default=os.environ.get("NVFLARE_POC_WORKSPACE") or NVFLARE_DEFAULT_WORKSPACE,
         help="POC workspace folder (default: $NVFLARE_POC_WORKSPACE or %(default)s)",
-    )  # fmt: skip
+    )
 
 
 def fail(message: str) -> NoReturn:
@@ -114,6 +115,10 @@ def nvflare(args: List[str], workspace: PocWorkspace, capture: bool = False) -> 
     env = dict(os.environ, NVFLARE_POC_WORKSPACE=workspace.root)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "nvflare.cli", *args], env=env, stdin=subprocess.DEVNULL, text=True,
-        stdout=subprocess.PIPE if capture else None, stderr=subprocess.STDOUT if capture else None,
-    )  # fmt: skip
+        [sys.executable, "-m", "nvflare.cli", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        stdout=subprocess.PIPE if capture else None,
+        stderr=subprocess.STDOUT if capture else None,
+    )

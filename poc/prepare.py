@@ -26,9 +26,12 @@ def main() -> None:
     add_workspace_arg(parser)
     parser.add_argument("-n", "--sites", type=int, default=2, help="number of sites, named site-1 ... (default 2)")
     parser.add_argument(
-        "-p", "--port", type=int, default=NVFLARE_DEFAULT_PORT,
+        "-p",
+        "--port",
+        type=int,
+        default=NVFLARE_DEFAULT_PORT,
         help="the server's port on localhost, for the sites and the admin (default %(default)s)",
-    )  # fmt: skip
+    )
     parser.add_argument("--he", action="store_true", help="provision the HE contexts for encrypted aggregation")
     parser.add_argument("--force", action="store_true", help="recreate the workspace even if it is already prepared")
     args = parser.parse_args()
@@ -40,18 +43,24 @@ def main() -> None:
     wanted_sites = [f"site-{i + 1}" for i in range(args.sites)]
 
     if ws.live_pids():
-        fail(f"a POC is running in {ws.root} ({', '.join(ws.live_pids())}); "
-             f"stop it first: python poc/stop.py -w {ws.root}")  # fmt: skip
+        fail(
+            f"a POC is running in {ws.root} ({', '.join(ws.live_pids())}); "
+            f"stop it first: python poc/stop.py -w {ws.root}"
+        )
     if os.path.isdir(ws.root) and os.listdir(ws.root) and ws.project() is None:
         fail(f"{ws.root} is not empty and not a POC workspace; NVFlare would delete it: choose a new folder")
     if ws.project() is None or args.force:
         prepare(ws, args.sites, args.port, args.he)
     elif ws.sites() != wanted_sites or ws.port() != args.port or ws.has_he() != args.he:
-        fail(f"{ws.root} is prepared for {', '.join(ws.sites())} on port {ws.port()}{_he_note(ws.has_he())}; "
-             "--force recreates it (deleting the job results in it)")  # fmt: skip
+        fail(
+            f"{ws.root} is prepared for {', '.join(ws.sites())} on port {ws.port()}{_he_note(ws.has_he())}; "
+            "--force recreates it (deleting the job results in it)"
+        )
     else:
-        print(f"{ws.root} is already prepared with {', '.join(wanted_sites)} on port {args.port}{_he_note(args.he)}; "
-              "nothing to do")  # fmt: skip
+        print(
+            f"{ws.root} is already prepared with {', '.join(wanted_sites)} on port {args.port}{_he_note(args.he)}; "
+            "nothing to do"
+        )
     print(f"POC workspace: {ws.root}")
     print(f"  server:      localhost:{ws.port()}")
     print(f"  sites:       {', '.join(ws.sites())}")

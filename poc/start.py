@@ -30,15 +30,19 @@ def main() -> None:
         print(f"starting the server and {', '.join(ws.sites())} (nvflare poc start) ...", flush=True)
         if nvflare(["poc", "start", "--timeout", str(args.timeout)], ws).returncode != 0:
             fail(f"nvflare poc start failed; see {ws.prod_dir()}/<participant>/poc_console.log")
-    print(f"data folder of the sites: {os.environ.get('NVFLARE_MOON_DATA') or '~/.cache/nvflare_moon/data'} "
-          "($NVFLARE_MOON_DATA, or data_root in the job)")  # fmt: skip
+    print(
+        f"data folder of the sites: {os.environ.get('NVFLARE_MOON_DATA') or '~/.cache/nvflare_moon/data'} "
+        "($NVFLARE_MOON_DATA, or data_root in the job)"
+    )
     print(f"Next: python poc/run_job.py jobs/moon_cifar10 -w {ws.root} --out results/")
 
 
 def check_plugin_importable() -> None:
     if importlib.util.find_spec("nvflare_moon") is None:
-        fail(f"{sys.executable} cannot import nvflare_moon, so the sites could not either; "
-             "pip install nvflare-moon (or pip install -e . in the repository) first")  # fmt: skip
+        fail(
+            f"{sys.executable} cannot import nvflare_moon, so the sites could not either; "
+            "pip install nvflare-moon (or pip install -e . in the repository) first"
+        )
 
 
 if __name__ == "__main__":

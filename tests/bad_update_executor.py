@@ -48,9 +48,15 @@ class SpoilingMoonExecutor(MoonExecutor):
     """
 
     def __init__(
-        self, *args, spoil_plan: Dict[str, List[Optional[str]]], hold_site: str, hold_until_site: str,
-        hold_rounds: List[int], margin: float = 1.0, **kwargs,
-    ):  # fmt: skip
+        self,
+        *args,
+        spoil_plan: Dict[str, List[Optional[str]]],
+        hold_site: str,
+        hold_until_site: str,
+        hold_rounds: List[int],
+        margin: float = 1.0,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.spoil_plan = spoil_plan
         self.hold_site = hold_site

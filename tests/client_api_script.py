@@ -97,10 +97,15 @@ def main():
             meta = {"num_samples": len(y_all), **helper.finish()}
             kept = state_hash(helper.round.local_control)
         record = {
-            "site": site, "round": round_number, "pid": os.getpid(), "previous": previous, "sent": kept,
+            "site": site,
+            "round": round_number,
+            "pid": os.getpid(),
+            "previous": previous,
+            "sent": kept,
             "contrastive": helper.mean_terms().get("contrastive") if moon else None,
-            "loss": sum(losses) / len(losses), "mu": helper.mu if moon else None,
-        }  # fmt: skip
+            "loss": sum(losses) / len(losses),
+            "mu": helper.mu if moon else None,
+        }
         with open(args.records, "a") as f:
             f.write(json.dumps(record) + "\n")
         flare.send(flare.FLModel(params=sent, meta=meta))

@@ -82,8 +82,17 @@ def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300, clie
     """Run the simulator (``-c clients`` instead of ``-n`` when given); past ``timeout`` the test fails. No process of
     the run outlives it; the run's ``leftover_workers`` are the client workers still alive after a normal exit."""
     sites = ["-c", ",".join(clients)] if clients else ["-n", str(n)]
-    cmd = [sys.executable, "-m", "nvflare.private.fed.app.simulator.simulator", str(job_dir),
-           "-w", str(workspace), *sites, "-t", str(t)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "nvflare.private.fed.app.simulator.simulator",
+        str(job_dir),
+        "-w",
+        str(workspace),
+        *sites,
+        "-t",
+        str(t),
+    ]
     try:
         completed = run_command(cmd, workspace.parent, timeout)
     except subprocess.TimeoutExpired as e:

@@ -28,8 +28,7 @@ def site_context(run_dir: Path, site: str = "site-1", job: str = "job-1") -> FLC
     ctx = FLContext()
     workspace = SimpleNamespace(get_run_dir=lambda job_id: str(run_dir / job_id))
     engine = SimpleNamespace(get_workspace=lambda: workspace, fire_event=lambda event, ctx: None)
-    for key, value in ((ReservedKey.ENGINE, engine),
-                       (ReservedKey.RUN_NUM, job), (ReservedKey.IDENTITY_NAME, site)):  # fmt: skip
+    for key, value in ((ReservedKey.ENGINE, engine), (ReservedKey.RUN_NUM, job), (ReservedKey.IDENTITY_NAME, site)):
         ctx.set_prop(key, value, private=True, sticky=False)
     return ctx
 
@@ -60,8 +59,15 @@ def train_task(params: dict, round_number: int, meta: dict = None):
     return FLModelUtils.to_shareable(model)
 
 
-def run_task(executor, ctx: FLContext, params: dict, round_number: int = 0, meta: dict = None,
-             task_name: str = AppConstants.TASK_TRAIN, abort_signal: Signal = None):  # fmt: skip
+def run_task(
+    executor,
+    ctx: FLContext,
+    params: dict,
+    round_number: int = 0,
+    meta: dict = None,
+    task_name: str = AppConstants.TASK_TRAIN,
+    abort_signal: Signal = None,
+):
     """Send one task; returns ``(return code, FLModel reply or None)``."""
     reply = executor.execute(task_name, train_task(params, round_number, meta), ctx, abort_signal or Signal())
     code = reply.get_return_code()

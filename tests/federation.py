@@ -79,9 +79,13 @@ def nvflare_env(home: Path) -> dict:
 def run_script(script: str, *args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run one of the repository's scripts (``poc/prepare.py``, ...) as the user would."""
     return subprocess.run(
-        [sys.executable, str(REPO / script), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, timeout=timeout,
-    )  # fmt: skip
+        [sys.executable, str(REPO / script), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def export_tiny_moon(
@@ -89,9 +93,16 @@ def export_tiny_moon(
 ) -> Path:
     """A MOON job (or ``recipe_class``'s) on the tiny synthetic dataset: a few seconds per round on CPU."""
     recipe = recipe_class(
-        name=name, min_clients=min_clients, num_rounds=num_rounds, dataset="synthetic", local_epochs=1,
-        batch_size=32, lr=0.05, num_threads=1, **kwargs,
-    )  # fmt: skip
+        name=name,
+        min_clients=min_clients,
+        num_rounds=num_rounds,
+        dataset="synthetic",
+        local_epochs=1,
+        batch_size=32,
+        lr=0.05,
+        num_threads=1,
+        **kwargs,
+    )
     recipe.export(str(jobs))
     return jobs / name
 

@@ -29,7 +29,9 @@ def test_weights_need_a_positive_finite_count_for_every_site(counts):
 
 
 def test_integer_buffers_stay_integer():
-    avg = weighted_average([{"n": np.array(10, dtype=np.int64)}, {"n": np.array(13, dtype=np.int64)}], np.array([0.5, 0.5]))
+    avg = weighted_average(
+        [{"n": np.array(10, dtype=np.int64)}, {"n": np.array(13, dtype=np.int64)}], np.array([0.5, 0.5])
+    )
     assert avg["n"].dtype == np.int64 and avg["n"] == 12  # 11.5 rounds to even
 
 

@@ -48,7 +48,8 @@ def test_fedprox_job_sends_mu_from_the_server():
 def test_scaffold_job_aggregates_controls_over_all_sites():
     controller, _, _ = job("scaffold_cifar10")
     assert controller["args"]["aggregator"] == {
-        "path": "nvflare_moon.server.scaffold.ScaffoldAggregator", "args": {"num_sites": 10}
+        "path": "nvflare_moon.server.scaffold.ScaffoldAggregator",
+        "args": {"num_sites": 10},
     }
 
 

@@ -155,7 +155,7 @@ def test_scaffold_control_saved_for_another_network_is_set_aside_byte_for_byte(t
 def scaffold_site(run_dir):
     executor = ScaffoldExecutor(
         model=harness_net(), dataset=tiny_dataset([0, 1, 2] * 4), local_epochs=1, batch_size=4, lr=0.1, device="cpu"
-    )  # fmt: skip
+    )
     ctx = site_context(run_dir)
     return started(executor, ctx), ctx
 
@@ -175,10 +175,12 @@ def write_corrupt(run_dir):
     "spoil, warning",
     [
         (write_corrupt, "cannot be used"),
-        (lambda run_dir: scaffold_state(run_dir).save(0, {"rounds": [0], "local_controls": [{"w": torch.zeros(5)}]}),
-         "do not match this job's network"),
+        (
+            lambda run_dir: scaffold_state(run_dir).save(0, {"rounds": [0], "local_controls": [{"w": torch.zeros(5)}]}),
+            "do not match this job's network",
+        ),
     ],
-)  # fmt: skip
+)
 def test_scaffold_site_with_an_unusable_stored_control_warns_and_restarts_it_at_zero(tmp_path, caplog, spoil, warning):
     sent = {C_GLOBAL: {k: v for k, v in global_weights(seed=4).items() if "num_batches" not in k}}
     fresh, fresh_ctx = scaffold_site(tmp_path / "fresh")

@@ -21,12 +21,38 @@ from nvflare_moon.benchmark.methods import METHODS, CommandMethod
 from nvflare_moon.benchmark.progress import Progress, estimate_remaining
 from nvflare_moon.benchmark.protocols import PROTOCOLS, Protocol, RunSpec, Settings, Variant, customised
 from nvflare_moon.benchmark.tables import (
-    beta_sweep_rows, final_accuracy_rows, group_runs, local_figure_rows, mean_curve, mean_std, percent,
-    rounds_to_target, rounds_to_target_rows, speedup,
-)  # fmt: skip
+    beta_sweep_rows,
+    final_accuracy_rows,
+    group_runs,
+    local_figure_rows,
+    mean_curve,
+    mean_std,
+    percent,
+    rounds_to_target,
+    rounds_to_target_rows,
+    speedup,
+)
 
-SMOKE_ARGS = ["--protocol", "quick", "--methods", "fedavg", "--dataset", "synthetic", "--rounds", "2", "--sites", "2",
-              "--local-epochs", "1", "--seeds", "0", "--lr", "0.05", "--batch-size", "32"]  # fmt: skip
+SMOKE_ARGS = [
+    "--protocol",
+    "quick",
+    "--methods",
+    "fedavg",
+    "--dataset",
+    "synthetic",
+    "--rounds",
+    "2",
+    "--sites",
+    "2",
+    "--local-epochs",
+    "1",
+    "--seeds",
+    "0",
+    "--lr",
+    "0.05",
+    "--batch-size",
+    "32",
+]
 RUN_ID = "fedavg-beta0.5-seed0"
 
 
@@ -77,8 +103,9 @@ def test_summary_shows_the_logged_values(real_run):
     round_1_seconds = logged[1]["time"] - logged[0]["time"]
     assert re.search(
         rf"\| {RUN_ID} \| {final} \| {percent(best['test_accuracy'])} \(round {best['round']}\) \| \d+ \| "
-        rf"{round_1_seconds:.1f} \|", summary
-    )  # fmt: skip
+        rf"{round_1_seconds:.1f} \|",
+        summary,
+    )
     csv_rows = (out / "quick" / "accuracy_per_round.csv").read_text().splitlines()[1:]
     assert [float(row.split(",")[2]) for row in csv_rows] == [r["test_accuracy"] for r in logged]
     for png in ("accuracy_vs_rounds.png", "rounds_to_target.png", "partition_beta0.5.png"):
@@ -192,8 +219,10 @@ def command_method(sleep_seconds: float, release: str) -> CommandMethod:
         "stand-in",
         lambda spec, report, data_root: [sys.executable, "-c", SCRIPT, report, str(sleep_seconds), release],
         lambda report, spec: {"rounds": [], "final_accuracy": json.load(open(report))["accuracy"]},
-        re.compile(r"site-\d+: test accuracy (?P<accuracy>[\d.]+)"), lambda spec: 2, "site",
-    )  # fmt: skip
+        re.compile(r"site-\d+: test accuracy (?P<accuracy>[\d.]+)"),
+        lambda spec: 2,
+        "site",
+    )
 
 
 def command_spec(monkeypatch, sleep_seconds, release):
@@ -271,9 +300,11 @@ def test_sigterm_ends_the_run_in_progress_and_everything_it_started(tmp_path, or
     """`kill` or a batch queue's time limit sends SIGTERM to the benchmark: it must not leave the run training."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(tmp_path), str(tmp_path / "never")], cwd=repo, stderr=subprocess.PIPE,
+        [sys.executable, "-c", DRIVER, str(tmp_path), str(tmp_path / "never")],
+        cwd=repo,
+        stderr=subprocess.PIPE,
         text=True,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 120
     started = []
     while len(started) < 2 and time.monotonic() < deadline:  # the stand-in and the process it started
@@ -293,18 +324,29 @@ def test_sigterm_ends_the_run_in_progress_and_everything_it_started(tmp_path, or
 def fake_record(spec, curve):
     """A finished run's record, as the runner writes it, with the given accuracy per round."""
     return {
-        "status": "complete", "run_id": spec.run_id, "variant": spec.variant.name, "method": spec.variant.method,
-        "label": METHODS[spec.variant.method].label, "seed": spec.seed, "beta": spec.beta, "spec": spec.fingerprint(),
-        "final_accuracy": curve[-1], "rounds": [{"round": r, "test_accuracy": a, "round_seconds": 1.0}
-                                                for r, a in enumerate(curve)],
-        "wall_seconds": 1.0, "peak_rss_mb": {"clients": {}, "other": 0.0}, "environment": {"commit": "x"},
-    }  # fmt: skip
+        "status": "complete",
+        "run_id": spec.run_id,
+        "variant": spec.variant.name,
+        "method": spec.variant.method,
+        "label": METHODS[spec.variant.method].label,
+        "seed": spec.seed,
+        "beta": spec.beta,
+        "spec": spec.fingerprint(),
+        "final_accuracy": curve[-1],
+        "rounds": [{"round": r, "test_accuracy": a, "round_seconds": 1.0} for r, a in enumerate(curve)],
+        "wall_seconds": 1.0,
+        "peak_rss_mb": {"clients": {}, "other": 0.0},
+        "environment": {"commit": "x"},
+    }
 
 
 def records(curves_by_method, beta=0.5):
     """One fake record per curve: ``{method: [seed 0's curve, seed 1's, ...]}``."""
-    return [fake_record(RunSpec(Variant(method), seed, beta, Settings(rounds=4)), curve)
-            for method, curves in curves_by_method.items() for seed, curve in enumerate(curves)]  # fmt: skip
+    return [
+        fake_record(RunSpec(Variant(method), seed, beta, Settings(rounds=4)), curve)
+        for method, curves in curves_by_method.items()
+        for seed, curve in enumerate(curves)
+    ]
 
 
 def test_rounds_to_target_and_speedup():
@@ -324,10 +366,20 @@ def test_mean_and_std_over_seeds():
 
 
 def test_table_2_counts_rounds_on_the_mean_curves_against_fedavgs_final_accuracy():
-    groups = group_runs(records({
-        "fedavg": [[0.20, 0.40, 0.50, 0.60], [0.20, 0.30, 0.50, 0.50]],  # finals 0.6, 0.5: target 0.55; mean curve
-        "moon": [[0.30, 0.52, 0.60, 0.65], [0.30, 0.62, 0.60, 0.70]],  # reaches it at round 4; MOON's at round 2
-    }))  # fmt: skip
+    groups = group_runs(
+        records(
+            {
+                "fedavg": [
+                    [0.20, 0.40, 0.50, 0.60],
+                    [0.20, 0.30, 0.50, 0.50],
+                ],  # finals 0.6, 0.5: target 0.55; mean curve
+                "moon": [
+                    [0.30, 0.52, 0.60, 0.65],
+                    [0.30, 0.62, 0.60, 0.70],
+                ],  # reaches it at round 4; MOON's at round 2
+            }
+        )
+    )
     rows = rounds_to_target_rows(groups, "cifar10")
     assert rows == [
         ["FedAvg", "0.5", "55.00", "4 / 4", "1.00×", "1×"],
@@ -382,8 +434,10 @@ def test_protocols_hold_the_documented_runs():
     assert seeds == {"moon": [0, 1, 2], "fedavg": [0, 1, 2], "fedprox": [0]}
     assert {s.beta for s in PROTOCOLS["heterogeneity"].runs()} == {0.1, 0.5, 5.0}
     assert [s.run_id for s in PROTOCOLS["ablation"].runs(["moon_l2"])] == [
-        "moon_l2-mu0.1-beta0.5-seed0", "moon_l2-mu1-beta0.5-seed0", "moon_l2-mu5-beta0.5-seed0",
-    ]  # fmt: skip
+        "moon_l2-mu0.1-beta0.5-seed0",
+        "moon_l2-mu1-beta0.5-seed0",
+        "moon_l2-mu5-beta0.5-seed0",
+    ]
     paper = PROTOCOLS["paper"].settings
     assert (paper.local_epochs, paper.rounds, paper.device, paper.solo_epochs_per_site) == (10, 100, "auto", 300)
     with pytest.raises(ValueError, match="rounds"):
@@ -395,9 +449,11 @@ def test_extra_seeds_name_a_method_or_one_variant():
     settings = Settings(rounds=1)
     by_variant = Protocol("p", "", settings, (best, other), extra_seeds=((best.name, (1, 2)),))
     assert [s.run_id for s in by_variant.runs()] == [
-        "fedsiam_da-mu0.01-beta0.5-seed0", "fedsiam_da-mu0.01-beta0.5-seed1", "fedsiam_da-mu0.01-beta0.5-seed2",
+        "fedsiam_da-mu0.01-beta0.5-seed0",
+        "fedsiam_da-mu0.01-beta0.5-seed1",
+        "fedsiam_da-mu0.01-beta0.5-seed2",
         "fedsiam_da-mu0.1-beta0.5-seed0",
-    ]  # fmt: skip
+    ]
     by_method = Protocol("p", "", settings, (best, other), extra_seeds=(("fedsiam_da", (1,)),))
     assert [s.seed for s in by_method.runs()] == [0, 1, 0, 1]
     options = {(s.variant.name, s.seed) for s in PROTOCOLS["fedsiam_da_options"].runs()}
@@ -415,15 +471,19 @@ def test_practical_protocol_reuses_quicks_runs_and_sets_each_option(tmp_path):
     for spec in practical:
         seeds.setdefault(spec.variant.name, []).append(spec.seed)
     assert seeds == {
-        "fedavg": [0, 1, 2], "moon": [0, 1, 2],
-        "moon_cold_start-mu_off_rounds3": [0, 1, 2], "moon_cold_start-mu_off_rounds5": [0, 1, 2],
-        "moon_feature_noise-feature_noise_std0.1": [0], "moon_feature_noise-feature_noise_std0.5": [0],
+        "fedavg": [0, 1, 2],
+        "moon": [0, 1, 2],
+        "moon_cold_start-mu_off_rounds3": [0, 1, 2],
+        "moon_cold_start-mu_off_rounds5": [0, 1, 2],
+        "moon_feature_noise-feature_noise_std0.1": [0],
+        "moon_feature_noise-feature_noise_std0.5": [0],
         "moon_light_history": [0],
-    }  # fmt: skip
+    }
     expected_args = {
-        "moon_cold_start": ("mu_off_rounds", 3), "moon_feature_noise": ("feature_noise_std", 0.5),
+        "moon_cold_start": ("mu_off_rounds", 3),
+        "moon_feature_noise": ("feature_noise_std", 0.5),
         "moon_light_history": ("light_history", True),
-    }  # fmt: skip
+    }
     for spec in practical[-2:] + [s for s in practical if s.variant.method == "moon_cold_start"][:1]:
         METHODS[spec.variant.method].launch(spec, str(tmp_path / spec.run_id), None)
         (config,) = (tmp_path / spec.run_id / "job").glob("*/app/config/config_fed_client.json")
@@ -434,10 +494,12 @@ def test_practical_protocol_reuses_quicks_runs_and_sets_each_option(tmp_path):
 
 def test_privacy_bandwidth_protocol_puts_each_filter_on_the_sites_train_results(tmp_path):
     expected = {
-        "fedavg-quantizationfloat16": ["FloatModelQuantizer"], "moon-quantizationfloat16": ["FloatModelQuantizer"],
-        "moon_percentile_privacy": ["PercentilePrivacy"], "moon_svt_privacy": ["SVTPrivacy"],
+        "fedavg-quantizationfloat16": ["FloatModelQuantizer"],
+        "moon-quantizationfloat16": ["FloatModelQuantizer"],
+        "moon_percentile_privacy": ["PercentilePrivacy"],
+        "moon_svt_privacy": ["SVTPrivacy"],
         "moon_exclude_vars": ["ExcludeVars"],
-    }  # fmt: skip
+    }
     filters = {}
     for spec in PROTOCOLS["privacy_bandwidth"].runs():
         METHODS[spec.variant.method].launch(spec, str(tmp_path / spec.run_id), None)

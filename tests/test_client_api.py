@@ -15,13 +15,21 @@ import torch.nn.functional as F
 from nvflare.app_common.app_constant import AlgorithmConstants
 
 from nvflare_moon.client import (
-    PTFedSiamDAHelper, PTFedSSCHelper, PTMoonHelper, PTPersistentScaffoldHelper, StateFolderNotFound, state_folder,
-)  # fmt: skip
+    PTFedSiamDAHelper,
+    PTFedSSCHelper,
+    PTMoonHelper,
+    PTPersistentScaffoldHelper,
+    StateFolderNotFound,
+    state_folder,
+)
 from nvflare_moon.client import meta as keys
 from nvflare_moon.client.state import find_run_folder
 from nvflare_moon.client_api_recipes import (
-    FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe, ScaffoldScriptRecipe,
-)  # fmt: skip
+    FedSiamDAScriptRecipe,
+    FedSSCScriptRecipe,
+    MoonScriptRecipe,
+    ScaffoldScriptRecipe,
+)
 from nvflare_moon.core.aggregation import normalized_weights, weighted_average
 from nvflare_moon.core.objectives import MoonObjective
 from nvflare_moon.core.previous_uploads import PreviousUploads
@@ -32,9 +40,12 @@ from nvflare_moon.models import Network
 
 MOON_META = {keys.MOON_MU: 5.0, keys.MOON_TEMPERATURE: 0.5, keys.MOON_NUM_PREVIOUS_MODELS: 1}
 FEDSSC_META = {
-    **MOON_META, keys.FEDSSC_MU_GLOB: 1.0, keys.FEDSSC_MIN_CLASS_COUNT: 1, keys.FEDSSC_PROTOTYPE_CLIP_NORM: None,
+    **MOON_META,
+    keys.FEDSSC_MU_GLOB: 1.0,
+    keys.FEDSSC_MIN_CLASS_COUNT: 1,
+    keys.FEDSSC_PROTOTYPE_CLIP_NORM: None,
     keys.FEDSSC_PROTOTYPE_NOISE_STD: 0.0,
-}  # fmt: skip
+}
 
 
 def received(model: nn.Module, round_number: int, meta: dict):
@@ -274,11 +285,17 @@ def test_fedsiam_da_script_recipe_sends_the_history_branch_and_the_helper_uses_i
     script = tmp_path / "client.py"
     script.write_text("print('the script')\n")
     recipe = FedSiamDAScriptRecipe(
-        model=Network(predictor_hidden_dim=8), min_clients=2, train_script=str(script), mu=0.1,
-        history_branch="predictor", cosine_vector="parameters",
-    )  # fmt: skip
+        model=Network(predictor_hidden_dim=8),
+        min_clients=2,
+        train_script=str(script),
+        mu=0.1,
+        history_branch="predictor",
+        cosine_vector="parameters",
+    )
     assert recipe.client_settings() == {
-        keys.FEDSIAM_DA_MU: 0.1, keys.FEDSIAM_DA_HISTORY: "epoch", keys.FEDSIAM_DA_HISTORY_BRANCH: "predictor"
+        keys.FEDSIAM_DA_MU: 0.1,
+        keys.FEDSIAM_DA_HISTORY: "epoch",
+        keys.FEDSIAM_DA_HISTORY_BRANCH: "predictor",
     }
     assert recipe.aggregator.cosine_vector == "parameters"
     for bad in ({"history_branch": "z"}, {"cosine_vector": "weights"}):
@@ -297,18 +314,30 @@ def test_recipes_send_the_settings_and_keep_fedavg_recipe_arguments(tmp_path):
     script = tmp_path / "client.py"
     script.write_text("print('the script')\n")
     recipe = MoonScriptRecipe(
-        model=Network(), min_clients=2, num_rounds=3, train_script=str(script), mu=1.5, temperature=0.2,
-        num_previous_models=2, mu_off_rounds=3, launch_external_process=True, stop_cond="accuracy >= 0.9", patience=2,
-    )  # fmt: skip
+        model=Network(),
+        min_clients=2,
+        num_rounds=3,
+        train_script=str(script),
+        mu=1.5,
+        temperature=0.2,
+        num_previous_models=2,
+        mu_off_rounds=3,
+        launch_external_process=True,
+        stop_cond="accuracy >= 0.9",
+        patience=2,
+    )
     recipe.export(str(tmp_path / "jobs"))
     (server,) = (tmp_path / "jobs").glob("*/app/config/config_fed_server.json")
     (client,) = (tmp_path / "jobs").glob("*/app/config/config_fed_client.json")
     (controller,) = json.loads(server.read_text())["workflows"]
     assert controller["path"] == "nvflare_moon.server.settings.SettingsFedAvg"
     assert controller["args"]["client_settings"] == {
-        keys.MOON_MU: 1.5, keys.MOON_TEMPERATURE: 0.2, keys.MOON_NUM_PREVIOUS_MODELS: 2, keys.MOON_MU_OFF_ROUNDS: 3,
+        keys.MOON_MU: 1.5,
+        keys.MOON_TEMPERATURE: 0.2,
+        keys.MOON_NUM_PREVIOUS_MODELS: 2,
+        keys.MOON_MU_OFF_ROUNDS: 3,
         keys.MOON_MU_RAMP_ROUNDS: 0,
-    }  # fmt: skip
+    }
     assert controller["args"]["aggregator"]["path"] == "nvflare_moon.server.aggregators.WeightedFedAvgAggregator"
     assert controller["args"]["num_rounds"] == 3 and controller["args"]["patience"] == 2
     assert controller["args"]["stop_cond"] == "accuracy >= 0.9"
@@ -356,7 +385,9 @@ def test_scaffold_helper_runs_a_saved_round_again_from_the_control_it_started_wi
     for round_number in (0, 1):
         helper = PTPersistentScaffoldHelper(model, state_dir=tmp_path, job_id="job", site="site-1")  # a new process
         global_control = {n: np.zeros(tuple(p.shape), np.float32) for n, p in model.named_parameters()}
-        helper.start_round(received(model, round_number, {AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL: global_control}), 0.05)
+        helper.start_round(
+            received(model, round_number, {AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL: global_control}), 0.05
+        )
         optimizer = sgd(model, 0.05, 0.0, 0.0)
         for x, y in batches(1, round_number):
             optimizer.zero_grad()

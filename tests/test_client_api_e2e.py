@@ -34,16 +34,25 @@ def script_module():
     module = sys.modules.setdefault("client_api_script", importlib.util.module_from_spec(spec))
     spec.loader.exec_module(module)
     return module
+
+
 ROUNDS, SITES = 3, 3
 
 
 def run_moon(root: Path, threads: int, external: bool):
     records = root / f"records_t{threads}.jsonl"
     recipe = MoonScriptRecipe(
-        name="moon_script_test", model=script_module().TinyNet(), min_clients=SITES, num_rounds=ROUNDS, train_script=str(SCRIPT),
-        train_args=f"--records {records}", mu=2.0, temperature=0.5, launch_external_process=external,
+        name="moon_script_test",
+        model=script_module().TinyNet(),
+        min_clients=SITES,
+        num_rounds=ROUNDS,
+        train_script=str(SCRIPT),
+        train_args=f"--records {records}",
+        mu=2.0,
+        temperature=0.5,
+        launch_external_process=external,
         command=f"{sys.executable} -u",
-    )  # fmt: skip
+    )
     run = export_and_run(recipe, root, n=SITES, t=threads, tag=f"_t{threads}", timeout=600)
     assert run.returncode == 0, run.output[-3000:]
     lines = [json.loads(line) for line in records.read_text().splitlines()]
@@ -88,9 +97,23 @@ def test_moon_helper_same_algorithm_with_and_without_restarts(tmp_path, external
 def test_example_job_restarted_per_task(tmp_path, method, evidence):
     """The documented example, -t 1 -n 2: round 1 shows the term that needs the state of round 0 or the server."""
     cmd = [
-        sys.executable, str(REPO / "docs/examples/client_api/job.py"), "--method", method, "--dataset", "synthetic",
-        "--rounds", "2", "--sites", "2", "--threads", "1", "--epochs", "1", "--workspace", str(tmp_path / "ws"),
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "docs/examples/client_api/job.py"),
+        "--method",
+        method,
+        "--dataset",
+        "synthetic",
+        "--rounds",
+        "2",
+        "--sites",
+        "2",
+        "--threads",
+        "1",
+        "--epochs",
+        "1",
+        "--workspace",
+        str(tmp_path / "ws"),
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-3000:]
@@ -104,9 +127,14 @@ def test_scaffold_script_keeps_its_control_when_restarted_every_task(tmp_path):
     control that the site saved in its previous round, under ScaffoldScriptRecipe's server side."""
     records = tmp_path / "records.jsonl"
     recipe = ScaffoldScriptRecipe(
-        name="scaffold_script_test", model=script_module().TinyNet(), min_clients=2, num_rounds=3,
-        train_script=str(SCRIPT), train_args=f"--records {records} --method scaffold", command=f"{sys.executable} -u",
-    )  # fmt: skip
+        name="scaffold_script_test",
+        model=script_module().TinyNet(),
+        min_clients=2,
+        num_rounds=3,
+        train_script=str(SCRIPT),
+        train_args=f"--records {records} --method scaffold",
+        command=f"{sys.executable} -u",
+    )
     run = export_and_run(recipe, tmp_path, n=2, t=1, timeout=600)
     assert run.returncode == 0, run.output[-3000:]
     lines = [json.loads(line) for line in records.read_text().splitlines()]

@@ -1,4 +1,5 @@
 """Tests for nvflare_moon.data: partitions (MOON reference check values), datasets, batched transforms, loader."""
+
 from __future__ import annotations
 
 import gzip
@@ -43,6 +44,7 @@ def _fresh_dataset_cache():
 
 # ---------------------------------------------------------------------------------------------------------------------
 # partition
+
 
 def test_dirichlet_matches_moon_reference_check_values(cifar_labels):
     parts = D.dirichlet_partition(cifar_labels, 10, 0.5, 0)
@@ -93,10 +95,16 @@ def test_dirichlet_stops_giving_to_a_party_that_holds_its_share(monkeypatch):
     assert [sorted(labels[p].tolist()) for p in parts] == [[0, 0, 0, 0], [1, 1, 1, 1]]
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    (dict(num_parties=0), "num_parties"), (dict(beta=0.0), "beta"), (dict(beta=float("nan")), "beta"),
-    (dict(min_size=201), "min_size"), (dict(min_size=-1), "min_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(num_parties=0), "num_parties"),
+        (dict(beta=0.0), "beta"),
+        (dict(beta=float("nan")), "beta"),
+        (dict(min_size=201), "min_size"),
+        (dict(min_size=-1), "min_size"),
+    ],
+)
 def test_dirichlet_argument_errors(kwargs, word):
     args = dict(labels=np.repeat(np.arange(10), 60), num_parties=3, beta=0.5, seed=0)
     args.update(kwargs)
@@ -155,6 +163,7 @@ def test_site_index_mapping_and_errors():
 # ---------------------------------------------------------------------------------------------------------------------
 # ImageArrays / synthetic / memoisation / site shards
 
+
 def test_image_arrays_validation_and_subset():
     imgs = torch.arange(5, dtype=torch.uint8).view(5, 1, 1, 1).expand(5, 3, 2, 2).contiguous()
     a = D.ImageArrays(imgs, torch.arange(5))
@@ -189,9 +198,20 @@ def test_synthetic_dataset_properties():
 def test_synthetic_is_learnable():
     torch.manual_seed(0)
     s = D.load_dataset("synthetic", "")
-    net = nn.Sequential(nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
-                        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
-                        nn.Linear(84, 10))
+    net = nn.Sequential(
+        nn.Conv2d(3, 6, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(400, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, 10),
+    )
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-5)
     train = D.TensorBatchLoader(s.train, 64, D.train_transform("synthetic"), shuffle=True, drop_last=True, seed=0)
     for _ in range(6):
@@ -233,12 +253,16 @@ def test_unknown_dataset_name():
 # ---------------------------------------------------------------------------------------------------------------------
 # CIFAR pickles
 
+
 def _write_cifar(root: Path, name: str = "cifar10", n_per_batch: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """A tiny CIFAR folder in the official layout; returns (train rows [N, 3072], train labels)."""
     rng = np.random.default_rng(0)
     if name == "cifar10":
-        folder, train_files, test_files = root / "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], \
-            ["test_batch"]
+        folder, train_files, test_files = (
+            root / "cifar-10-batches-py",
+            [f"data_batch_{i}" for i in range(1, 6)],
+            ["test_batch"],
+        )
         key, meta, meta_obj = "labels", "batches.meta", {"label_names": [f"c{k}" for k in range(10)]}
         k = 10
     else:
@@ -352,6 +376,7 @@ def test_cifar_corrupt_pickle_error(tmp_path):
 
 def test_cifar_download_uses_torchvision(tmp_path, monkeypatch):
     import torchvision.datasets as tvd
+
     calls = []
 
     def fake_cifar10(root, train, download):
@@ -383,15 +408,27 @@ def test_real_cifar10(cifar_labels):
     assert D.load_dataset("cifar10", str(CIFAR_ROOT)) is s
     shard = D.site_train_arrays(s, "site-1", 10)
     assert len(shard) == SIZES[0] and torch.bincount(shard.labels, minlength=10).tolist() == PARTY0_COUNTS
-    assert [len(D.TensorBatchLoader(D.site_train_arrays(s, f"site-{k + 1}", 10), 64, D.train_transform("cifar10"),
-                                    shuffle=True, drop_last=True)) for k in range(10)] == BATCHES
+    assert [
+        len(
+            D.TensorBatchLoader(
+                D.site_train_arrays(s, f"site-{k + 1}", 10),
+                64,
+                D.train_transform("cifar10"),
+                shuffle=True,
+                drop_last=True,
+            )
+        )
+        for k in range(10)
+    ] == BATCHES
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Tiny-ImageNet and image folders
 
+
 def _save(path: Path, color, size=(64, 64), mode="RGB"):
     from PIL import Image
+
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.new(mode, size, color).save(path)
 
@@ -438,6 +475,7 @@ def test_tinyimagenet_loader_labels_and_cache(tmp_path):
     assert cache.is_file() and not list(cache.parent.glob("*.tmp*"))
     # a later process start reads the cache, even without the source images
     import shutil
+
     shutil.rmtree(tmp_path / "tiny-imagenet-200" / "train")
     D.clear_dataset_cache()
     again = D.load_dataset("tinyimagenet", str(tmp_path))
@@ -489,11 +527,12 @@ def test_load_image_folder(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 # transforms
 
+
 def _windows(padded, offsets, flips):
     h, w = padded.shape[-2] - 8, padded.shape[-1] - 8
     out = []
     for img, (i, j), f in zip(padded, offsets.tolist(), flips.tolist()):
-        win = img[:, i:i + h, j:j + w]
+        win = img[:, i : i + h, j : j + w]
         out.append(win.flip(-1) if f else win)
     return torch.stack(out)
 
@@ -523,8 +562,12 @@ def test_crop_flip_non_square():
     offsets = torch.tensor([[0, 0], [4, 4], [1, 3], [2, 0], [0, 4], [3, 1]])
     flips = torch.tensor([False, True, True, False, True, False])
     padded = F.pad(x.float(), (2, 2, 2, 2), mode="reflect").to(torch.uint8)
-    expect = torch.stack([(lambda wnd, f: wnd.flip(-1) if f else wnd)(padded[b, :, i:i + 5, j:j + 7], flips[b])
-                          for b, (i, j) in enumerate(offsets.tolist())])
+    expect = torch.stack(
+        [
+            (lambda wnd, f: wnd.flip(-1) if f else wnd)(padded[b, :, i : i + 5, j : j + 7], flips[b])
+            for b, (i, j) in enumerate(offsets.tolist())
+        ]
+    )
     assert torch.equal(t.crop_flip(x, offsets, flips), expect)
 
 
@@ -628,6 +671,7 @@ def test_transform_same_on_cuda():
 # ---------------------------------------------------------------------------------------------------------------------
 # loader
 
+
 def _ids(n: int) -> D.ImageArrays:
     """Images whose pixel (0,0,0) identifies the sample (for n <= 256), labels = index."""
     imgs = torch.zeros(n, 3, 8, 8, dtype=torch.uint8)
@@ -651,9 +695,20 @@ def test_loader_batch_counts_and_order():
     assert x.dtype == torch.float32 and y.dtype == torch.int64 and x[:, 0, 0, 0].tolist() == [128.0, 129.0]
     assert [len(y) for _, y in drop] == [64, 64]
     for n in SIZES:
-        assert len(D.TensorBatchLoader(_ids(n) if n <= 256 else D.ImageArrays(torch.zeros(n, 1, 1, 1, dtype=torch.uint8),
-                                                                                torch.zeros(n, dtype=torch.int64)),
-                                       64, _raw, True, True)) == n // 64
+        assert (
+            len(
+                D.TensorBatchLoader(
+                    _ids(n)
+                    if n <= 256
+                    else D.ImageArrays(torch.zeros(n, 1, 1, 1, dtype=torch.uint8), torch.zeros(n, dtype=torch.int64)),
+                    64,
+                    _raw,
+                    True,
+                    True,
+                )
+            )
+            == n // 64
+        )
 
 
 def test_loader_shuffle_epochs_and_reproducibility():
@@ -667,10 +722,12 @@ def test_loader_shuffle_epochs_and_reproducibility():
     # images follow their labels
     for x, y in l1:
         assert torch.equal(x[:, 0, 0, 0].long(), y)
+
     # same seed -> identical runs (order and augmentation); another seed -> different
     def run(seed):
         ld = D.TensorBatchLoader(a, 32, t, shuffle=True, drop_last=True, seed=seed)
         return [(x.clone(), y.clone()) for _ in range(2) for x, y in ld]
+
     r1, r2, r3 = run(3), run(3), run(4)
     assert all(torch.equal(x1, x2) and torch.equal(y1, y2) for (x1, y1), (x2, y2) in zip(r1, r2))
     assert not all(torch.equal(y1, y3) for (_, y1), (_, y3) in zip(r1, r3))

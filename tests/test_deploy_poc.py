@@ -35,8 +35,17 @@ from nvflare_moon.core.state import SiteStateStore
 from .conftest import REPO
 from .test_client_api_e2e import SCRIPT, script_module
 from .federation import (
-    SITES, Poc, connect, export_tiny_moon, kill, pids_of, run_script, running_poc, saved_state, wait_until,
-)  # fmt: skip
+    SITES,
+    Poc,
+    connect,
+    export_tiny_moon,
+    kill,
+    pids_of,
+    run_script,
+    running_poc,
+    saved_state,
+    wait_until,
+)
 
 
 pytestmark = pytest.mark.deploy
@@ -72,8 +81,10 @@ def kill_job_process_after_round(poc: Poc, job_id: str, site: str, round_number:
     """SIGKILL ``site``'s process of the job as soon as it saved ``round_number``: it dies during the next round."""
     state = wait_until(
         lambda: (s := saved_state(poc.site(site), job_id)) and s["round"] >= round_number and s,
-        JOB_TIMEOUT, f"{site} to save round {round_number} of job {job_id}", interval=0.1,
-    )  # fmt: skip
+        JOB_TIMEOUT,
+        f"{site} to save round {round_number} of job {job_id}",
+        interval=0.1,
+    )
     (pid,) = pids_of(WORKER, job_id, site)
     kill([pid])
     return state
@@ -84,8 +95,13 @@ def outcomes(poc):
     jobs = poc.root / "jobs"
     job_a = export_tiny_moon(jobs, "moon_a", ROUNDS)
     MoonScriptRecipe(
-        name="moon_script_poc", model=script_module().TinyNet(), min_clients=len(SITES), num_rounds=ROUNDS,
-        train_script=str(SCRIPT), train_args=f"--records {poc.root / 'script_records.jsonl'}", mu=2.0,
+        name="moon_script_poc",
+        model=script_module().TinyNet(),
+        min_clients=len(SITES),
+        num_rounds=ROUNDS,
+        train_script=str(SCRIPT),
+        train_args=f"--records {poc.root / 'script_records.jsonl'}",
+        mu=2.0,
     ).export(str(jobs / "script"))
     paths = {
         "script": jobs / "script" / "moon_script_poc",
@@ -93,10 +109,22 @@ def outcomes(poc):
         "spoiled": spoiling_job(export_tiny_moon(jobs, "moon_spoiled", len(SPOIL_PLAN["site-2"]))),
     }
     run_a = subprocess.Popen(
-        [sys.executable, str(REPO / "poc" / "run_job.py"), str(job_a), "-w", poc.ws.root,
-         "-o", str(poc.root / "results"), "--timeout", str(JOB_TIMEOUT)],
-        env=poc.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "poc" / "run_job.py"),
+            str(job_a),
+            "-w",
+            poc.ws.root,
+            "-o",
+            str(poc.root / "results"),
+            "--timeout",
+            str(JOB_TIMEOUT),
+        ],
+        env=poc.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         session = connect(poc.admin_kit, 60)
         try:
@@ -117,10 +145,16 @@ def outcomes(poc):
         if run_a.poll() is None:
             run_a.kill()
     return dict(
-        ids=ids, metas=metas, run_a=run_a, output_a=output_a, results_a=submit.JobResults(
-            str(poc.root / "results" / ids["a"])), spoiled=submit.JobResults(spoiled),
-        state_at_kill=state_at_kill, spoiled_reasons=spoiled_reasons, continued=continued,
-    )  # fmt: skip
+        ids=ids,
+        metas=metas,
+        run_a=run_a,
+        output_a=output_a,
+        results_a=submit.JobResults(str(poc.root / "results" / ids["a"])),
+        spoiled=submit.JobResults(spoiled),
+        state_at_kill=state_at_kill,
+        spoiled_reasons=spoiled_reasons,
+        continued=continued,
+    )
 
 
 def site_state(poc: Poc, site: str, job_id: str) -> dict:
@@ -229,8 +263,10 @@ def test_bad_updates_are_rejected_naming_the_site_and_no_valid_update_fails_the_
     results = outcomes["spoiled"]
     server_log = (Path(results.root) / "workspace" / "log.txt").read_text()
     for round_number, reason in enumerate(SPOIL_REASONS):
-        assert any(f"rejected the update of site-2 in round {round_number}: " in line and reason in line
-                   for line in server_log.splitlines()), (round_number, reason)  # fmt: skip
+        assert any(
+            f"rejected the update of site-2 in round {round_number}: " in line and reason in line
+            for line in server_log.splitlines()
+        ), (round_number, reason)
     for round_number in HOLD_ROUNDS:  # the malformed update came first, and still the honest one was accepted
         section = server_log.split(f"Round {round_number} started.")[1].split(f"Round {round_number + 1} started.")[0]
         assert section.index("got result from client site-2") < section.index("got result from client site-1")

@@ -177,8 +177,10 @@ def test_ciphertexts_cost_tens_of_times_the_plaintext_bytes(poc, outcomes):
     upload, clear_upload = he_up["server_command:submit_update"], plain_up[streamed]
     download = he_down["server_command:get_task"]  # round 1's encrypted global model (round 0's is the initial one)
     clear_download = plain_down[streamed]
-    print(f"per round per site: upload {upload:.3f} MiB under HE vs {clear_upload:.3f} MiB in the clear; "
-          f"download {download:.3f} MiB vs {clear_download:.3f} MiB")  # fmt: skip
+    print(
+        f"per round per site: upload {upload:.3f} MiB under HE vs {clear_upload:.3f} MiB in the clear; "
+        f"download {download:.3f} MiB vs {clear_download:.3f} MiB"
+    )
     assert upload > 20 * clear_upload and download > 5 * clear_download
 
 

@@ -21,8 +21,16 @@ from nvflare_moon import submit
 
 from .conftest import REPO
 from .federation import (
-    connect, export_tiny_moon, free_port, kill, nvflare_env, pids_of, run_script, saved_state, wait_until,
-)  # fmt: skip
+    connect,
+    export_tiny_moon,
+    free_port,
+    kill,
+    nvflare_env,
+    pids_of,
+    run_script,
+    saved_state,
+    wait_until,
+)
 
 pytestmark = pytest.mark.deploy
 SERVER = "localhost"  # the server's name is the host the sites dial: on a test machine, loopback
@@ -49,8 +57,17 @@ def loopback_project(folder: Path, port: int) -> Path:
 def federation(tmp_path_factory):
     root = tmp_path_factory.mktemp("hospitals")
     env = nvflare_env(root / "home")
-    provision = [sys.executable, "-m", "nvflare.cli", "provision", "-p", str(loopback_project(root, free_port())),
-                 "-w", str(root / "provisioned"), "--force"]  # fmt: skip
+    provision = [
+        sys.executable,
+        "-m",
+        "nvflare.cli",
+        "provision",
+        "-p",
+        str(loopback_project(root, free_port())),
+        "-w",
+        str(root / "provisioned"),
+        "--force",
+    ]
     provisioned = subprocess.run(provision, env=env, capture_output=True, text=True, timeout=120)
     assert provisioned.returncode == 0, provisioned.stdout + provisioned.stderr
     kits = root / "provisioned" / "moon_hospitals" / "prod_00"
@@ -60,14 +77,22 @@ def federation(tmp_path_factory):
     try:
         for name in [SERVER, *HOSPITALS]:
             with open(root / f"{name}.console.log", "w") as console:
-                started.append(subprocess.Popen(
-                    ["bash", str(kits / name / "startup" / "sub_start.sh"), "--once"], env=env, stdout=console,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                ))  # fmt: skip
+                started.append(
+                    subprocess.Popen(
+                        ["bash", str(kits / name / "startup" / "sub_start.sh"), "--once"],
+                        env=env,
+                        stdout=console,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         session = connect(kits / ADMIN, 60)
         try:
-            wait_until(lambda: {c.name for c in session.get_system_info().client_info} >= set(HOSPITALS), 60,
-                       "both hospitals to connect")  # fmt: skip
+            wait_until(
+                lambda: {c.name for c in session.get_system_info().client_info} >= set(HOSPITALS),
+                60,
+                "both hospitals to connect",
+            )
             yield kits, session, root
         finally:
             session.close()
@@ -96,8 +121,9 @@ def test_a_job_without_custom_runs_only_where_the_sites_allow_the_plugin(federat
 
     allowed = run_script("deploy/allow_plugin.py", *(str(kits / name) for name in [SERVER, *HOSPITALS]), env=os.environ)
     assert allowed.returncode == 0, allowed.stdout
-    results = submit.run_job(session, str(job_dir), timeout=180, download_to=str(root / "results"), resubmit=True,
-                             poll_interval=1)  # fmt: skip
+    results = submit.run_job(
+        session, str(job_dir), timeout=180, download_to=str(root / "results"), resubmit=True, poll_interval=1
+    )
     assert [m["round"] for m in results.metrics()] == list(range(ROUNDS))
     job_id = Path(results.root).name
     for hospital in HOSPITALS:  # each hospital's MOON state, in its own workspace, under the job's run folder

@@ -20,8 +20,9 @@ MU_LINE = re.compile(r"(site-\d): round (\d+): mu = ([\d.]+)")
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    recipe = MoonRecipe(name="moon_cold_start", min_clients=3, num_rounds=ROUNDS, mu=MU, mu_off_rounds=OFF_ROUNDS,
-                        **TINY_TRAINING)  # fmt: skip
+    recipe = MoonRecipe(
+        name="moon_cold_start", min_clients=3, num_rounds=ROUNDS, mu=MU, mu_off_rounds=OFF_ROUNDS, **TINY_TRAINING
+    )
     # a generous timeout: with -t < -n every task starts a client process, minutes on a loaded 2-core machine
     return export_and_run(recipe, tmp_path_factory.mktemp("cold_start"), n=3, t=2, timeout=900)
 

@@ -88,9 +88,15 @@ def test_moon_learns_the_synthetic_classes(tmp_path):
     after ~150 SGD steps at lr 0.02 (its first ~75 steps stay at chance). Two sites with the same class mix, 72 steps
     per round: the global model should be near 100 % after round 2; 50 % is five times chance."""
     recipe = MoonRecipe(
-        name="moon_learns", min_clients=2, num_rounds=3, dataset="synthetic", partition="iid", local_epochs=8,
-        batch_size=32, lr=0.02,
-    )  # fmt: skip
+        name="moon_learns",
+        min_clients=2,
+        num_rounds=3,
+        dataset="synthetic",
+        partition="iid",
+        local_epochs=8,
+        batch_size=32,
+        lr=0.02,
+    )
     recipe.export(str(tmp_path / "jobs"))
     run = run_simulator(tmp_path / "jobs" / "moon_learns", tmp_path / "ws", n=2, t=2)
     assert run.returncode == 0, run.output[-3000:]

@@ -28,9 +28,16 @@ SCHEDULE = [["site-2", "site-3"], ["site-1", "site-3"], ["site-1", "site-2"]]
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("scaffold_e2e")
     ScaffoldRecipe(
-        name="scaffold_tiny", min_clients=3, num_rounds=ROUNDS, dataset="synthetic", local_epochs=1, batch_size=32,
-        lr=0.05, seed=SEED, sample_fraction=FRACTION,
-    ).export(str(root / "jobs"))  # fmt: skip
+        name="scaffold_tiny",
+        min_clients=3,
+        num_rounds=ROUNDS,
+        dataset="synthetic",
+        local_epochs=1,
+        batch_size=32,
+        lr=0.05,
+        seed=SEED,
+        sample_fraction=FRACTION,
+    ).export(str(root / "jobs"))
     return {t: run_simulator(root / "jobs" / "scaffold_tiny", root / f"ws_t{t}", n=3, t=t) for t in (3, 2)}
 
 

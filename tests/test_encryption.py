@@ -22,8 +22,13 @@ from nvflare_moon.executors import FedAvgExecutor
 from nvflare_moon.executors import fedavg as fedavg_module
 from nvflare_moon.server import TrainTaskSettings
 from nvflare_moon.recipes import (
-    FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
-)  # fmt: skip
+    FedAvgBaselineRecipe,
+    FedProxRecipe,
+    FedSiamDARecipe,
+    FedSSCRecipe,
+    MoonRecipe,
+    ScaffoldRecipe,
+)
 
 from .executor_harness import global_weights, run_task, site_context, started, tiny_dataset, tiny_net, train_task
 from .test_executor import LABELS, SETTINGS
@@ -32,24 +37,31 @@ pytest.importorskip("tenseal", reason="encryption='ckks' needs TenSEAL (extra 'h
 HE = dict(min_clients=2, num_rounds=2, dataset="synthetic", server_evaluation=False, encryption="ckks")
 
 
-@pytest.mark.parametrize("recipe, method", [
-    (ScaffoldRecipe, "SCAFFOLD's control difference"), (FedSSCRecipe, "class prototypes"),
-    (FedSiamDARecipe, "cosine between plaintext models"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "recipe, method",
+    [
+        (ScaffoldRecipe, "SCAFFOLD's control difference"),
+        (FedSSCRecipe, "class prototypes"),
+        (FedSiamDARecipe, "cosine between plaintext models"),
+    ],
+)
 def test_methods_that_need_plaintext_on_the_server_refuse_encryption_naming_both(recipe, method):
     with pytest.raises(ValueError, match=f"encryption='ckks' cannot be used with {recipe.__name__}: ") as refused:
         recipe(**HE)
     assert method in str(refused.value)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(encryption="bfv"), "encryption must be None or one of ['ckks'], got 'bfv'"),
-    (dict(encryption=True), "encryption must be None or one of ['ckks'], got True"),
-    (dict(server_evaluation=True), "cannot be combined with server_evaluation: the server holds no secret key"),
-    (dict(privacy_filters=[ExcludeVars(["l3.bias"])]), "cannot be combined with privacy_filters"),
-    (dict(stop_cond="accuracy >= 0.5"), "cannot be combined with stop_cond"),
-    (dict(sample_fraction=0.5, num_sites=2), "cannot be combined with sample_fraction"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(encryption="bfv"), "encryption must be None or one of ['ckks'], got 'bfv'"),
+        (dict(encryption=True), "encryption must be None or one of ['ckks'], got True"),
+        (dict(server_evaluation=True), "cannot be combined with server_evaluation: the server holds no secret key"),
+        (dict(privacy_filters=[ExcludeVars(["l3.bias"])]), "cannot be combined with privacy_filters"),
+        (dict(stop_cond="accuracy >= 0.5"), "cannot be combined with stop_cond"),
+        (dict(sample_fraction=0.5, num_sites=2), "cannot be combined with sample_fraction"),
+    ],
+)
 def test_bad_or_conflicting_options_are_refused_naming_encryption(kwargs, message):
     with pytest.raises(ValueError) as refused:
         MoonRecipe(**{**HE, **kwargs})
@@ -81,8 +93,9 @@ def test_the_job_is_nvflares_he_shape_with_the_sites_weighting_by_sample_count(r
     assert client["executors"][0]["executor"]["args"]["encrypted_aggregation"] is True
     filters = {
         (kind, tuple(chain["tasks"])): [f["path"].rsplit(".", 1)[-1] for f in chain["filters"]]
-        for kind in ("task_data_filters", "task_result_filters") for chain in client[kind]
-    }  # fmt: skip
+        for kind in ("task_data_filters", "task_result_filters")
+        for chain in client[kind]
+    }
     assert filters == {
         ("task_data_filters", ("train", "validate")): ["HEModelDecryptor"],
         ("task_result_filters", ("train",)): ["HEModelEncryptor"],
@@ -119,8 +132,9 @@ def test_without_encryption_the_job_has_no_he_part(tmp_path):
 
 def he_site(tmp_path, monkeypatch):
     monkeypatch.setattr(fedavg_module, "check_he_context", lambda fl_ctx: None)  # no kit here: see the POC test
-    executor = FedAvgExecutor(model=tiny_net(seed=7), dataset=tiny_dataset(LABELS), encrypted_aggregation=True,
-                              **SETTINGS)  # fmt: skip
+    executor = FedAvgExecutor(
+        model=tiny_net(seed=7), dataset=tiny_dataset(LABELS), encrypted_aggregation=True, **SETTINGS
+    )
     ctx = site_context(tmp_path)
     return started(executor, ctx), ctx
 
@@ -144,8 +158,9 @@ def test_under_he_a_site_trains_from_the_decrypted_flat_global_model_as_from_the
 
 
 def test_a_site_without_the_he_context_answers_its_first_task_with_the_reason_and_the_fix(tmp_path):
-    executor = FedAvgExecutor(model=tiny_net(seed=7), dataset=tiny_dataset(LABELS), encrypted_aggregation=True,
-                              **SETTINGS)  # fmt: skip
+    executor = FedAvgExecutor(
+        model=tiny_net(seed=7), dataset=tiny_dataset(LABELS), encrypted_aggregation=True, **SETTINGS
+    )
     ctx = site_context(tmp_path)
     started(executor, ctx)
     reply = executor.execute("train", train_task(global_weights(), 0), ctx, Signal())

@@ -25,14 +25,24 @@ from nvflare_moon.core.site_metrics import site_spread, weighted_metric_means
 from nvflare_moon.core.training import evaluate
 from nvflare_moon.core.weights import load_numpy_state, state_dict_to_numpy
 from nvflare_moon.data import (
-    TensorBatchLoader, load_dataset, proportional_test_split, site_partition, site_test_arrays, site_test_partition,
+    TensorBatchLoader,
+    load_dataset,
+    proportional_test_split,
+    site_partition,
+    site_test_arrays,
+    site_test_partition,
     test_transform,
-)  # fmt: skip
+)
 from nvflare_moon.executors import FedAvgExecutor
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import (
-    FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
-)  # fmt: skip
+    FedAvgBaselineRecipe,
+    FedProxRecipe,
+    FedSiamDARecipe,
+    FedSSCRecipe,
+    MoonRecipe,
+    ScaffoldRecipe,
+)
 
 from .conftest import TINY_TRAINING, export_and_run
 
@@ -121,9 +131,14 @@ def test_validate_refuses_a_model_that_does_not_fit_and_an_empty_site_reports_no
     assert reply.metrics == evaluate(net, batches, torch.device("cpu"))
 
     empty = FedAvgExecutor(
-        model=net, dataset="synthetic", val_dataset=TensorDataset(torch.zeros(0, 3, 32, 32), torch.zeros(0).long()),
-        num_sites=3, batch_size=16, device="cpu", num_threads=1,
-    )  # fmt: skip
+        model=net,
+        dataset="synthetic",
+        val_dataset=TensorDataset(torch.zeros(0, 3, 32, 32), torch.zeros(0).long()),
+        num_sites=3,
+        batch_size=16,
+        device="cpu",
+        num_threads=1,
+    )
     empty.handle_event(EventType.START_RUN, fl_ctx)
     assert empty.evaluate_locally(net, fl_ctx) == {}
     assert "site-1 has no local test data" in caplog.text
@@ -263,8 +278,11 @@ def test_best_model_is_the_global_model_the_sites_rated_best(runs):
     means = [r["spread"]["accuracy"]["mean"] for r in records]
     best = int(np.argmax(means))
     assert records[-1]["best_model"] == {
-        "key_metric": "accuracy", "value": means[-1], "best_value": means[best], "round": best - 1,
-    }  # fmt: skip
+        "key_metric": "accuracy",
+        "value": means[-1],
+        "best_value": means[best],
+        "round": best - 1,
+    }
     best_model = saved_global(runs[3], "best_FL_global_model.pt")
     for site in SITES:
         reported = records[best]["site_metrics"][site]["accuracy"]

@@ -108,4 +108,3 @@ def test_an_aborted_round_is_answered_task_aborted_without_training(tmp_path):
     assert code == ReturnCode.TASK_ABORTED
     for name, value in executor.model.state_dict().items():
         torch.testing.assert_close(value, before[name])  # no step was taken
-

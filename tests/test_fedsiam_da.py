@@ -221,9 +221,15 @@ def test_the_working_global_copy_trains_in_the_same_steps_and_leaves_the_global_
     received = copy.deepcopy(net.state_dict())
     objective = FedSiamDAObjective(net, None, 1.0, make_sgd)
     result = train_local(
-        net, batches(), objective, make_sgd(net), 2, torch.device("cpu"),
-        after_step=objective.step_working_global, before_epoch=objective.start_epoch,
-    )  # fmt: skip
+        net,
+        batches(),
+        objective,
+        make_sgd(net),
+        2,
+        torch.device("cpu"),
+        after_step=objective.step_working_global,
+        before_epoch=objective.start_epoch,
+    )
     assert result.steps == 8 and set(result.mean_terms) == {"ce", "siamese", "history", "loss"}
     working = objective.working_global
     assert working is not net and working.training
@@ -346,7 +352,10 @@ def test_dual_aggregation_vector_on_a_real_state_dict_with_batchnorm():
     assert vector_keys(models[0], "parameters") == sorted(parameters)
     floats = sorted(k for k in models[0] if not k.endswith("num_batches_tracked"))
     assert vector_keys(models[0]) == vector_keys(models[0], "state") == floats
-    expected = {"state": torch_cosines(models, weights, floats), "parameters": torch_cosines(models, weights, sorted(parameters))}
+    expected = {
+        "state": torch_cosines(models, weights, floats),
+        "parameters": torch_cosines(models, weights, sorted(parameters)),
+    }
     assert abs(expected["state"][0] - expected["parameters"][0]) > 1e-4  # the statistics move the cosine
     for vector in ("state", "parameters"):
         result = dual_aggregate(models, np.array(weights), vector=vector)
@@ -411,9 +420,13 @@ def test_executor_builds_the_working_copy_from_the_received_weights_and_steps_it
     """The executor makes the objective after loading the global weights, and its after_step moves the working
     copy: the copy starts at the received weights and ends elsewhere."""
     executor = FedSiamDAExecutor(
-        model=tiny_net(seed=5), dataset=tiny_dataset([0, 1, 2, 0, 1, 2, 0, 1]), local_epochs=2, batch_size=4,
-        lr=0.05, device="cpu",
-    )  # fmt: skip
+        model=tiny_net(seed=5),
+        dataset=tiny_dataset([0, 1, 2, 0, 1, 2, 0, 1]),
+        local_epochs=2,
+        batch_size=4,
+        lr=0.05,
+        device="cpu",
+    )
     ctx = site_context(tmp_path)
     started(executor, ctx)
     received = {k: v.numpy().copy() for k, v in tiny_net(seed=0).state_dict().items()}
@@ -428,7 +441,7 @@ def test_executor_builds_the_working_copy_from_the_received_weights_and_steps_it
     executor.make_objective = spy
     code, _ = run_task(executor, ctx, received)
     assert code == ReturnCode.OK
-    (objective, at_start), = built
+    ((objective, at_start),) = built
     for name, value in received.items():
         np.testing.assert_array_equal(at_start[name].numpy(), value, err_msg=name)
     moved = objective.working_global.state_dict()
@@ -489,9 +502,14 @@ def test_xi_reaches_the_metrics_file_and_tensorboard_and_builds_the_global_model
 @pytest.fixture(scope="module")
 def fedsiam_options_run(tmp_path_factory):
     recipe = FedSiamDARecipe(
-        name="fedsiam_options", min_clients=2, num_rounds=2, history="round", history_branch="predictor",
-        cosine_vector="parameters", **TINY_TRAINING,
-    )  # fmt: skip
+        name="fedsiam_options",
+        min_clients=2,
+        num_rounds=2,
+        history="round",
+        history_branch="predictor",
+        cosine_vector="parameters",
+        **TINY_TRAINING,
+    )
     return export_and_run(recipe, tmp_path_factory.mktemp("fedsiam_options_e2e"), n=2, t=2)
 
 

@@ -19,17 +19,34 @@ from nvflare_moon.core.losses import prototype_contrastive_loss
 from nvflare_moon.models import Network
 from nvflare_moon.core.objectives import FedSSCObjective, MoonObjective
 from nvflare_moon.core.prototypes import (
-    ALTERNATE_AVAILABLE, ALTERNATE_PROTOTYPES, CLASS_COUNTS, CLASS_MEANS, PROTOTYPE_AVAILABLE, PROTOTYPE_SOURCES,
-    PROTOTYPES, ClassMeanAccumulator, prepare_upload, read_shared_prototypes, select_prototypes, usable_class_means,
-)  # fmt: skip
+    ALTERNATE_AVAILABLE,
+    ALTERNATE_PROTOTYPES,
+    CLASS_COUNTS,
+    CLASS_MEANS,
+    PROTOTYPE_AVAILABLE,
+    PROTOTYPE_SOURCES,
+    PROTOTYPES,
+    ClassMeanAccumulator,
+    prepare_upload,
+    read_shared_prototypes,
+    select_prototypes,
+    usable_class_means,
+)
 from nvflare_moon.recipes import FedSSCRecipe
 from nvflare_moon.server import PrototypeSharingAggregator
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
 from .executor_harness import (
-    NUM_CLASSES, PROJECTION_DIM, global_weights, run_task, site_context, started, tiny_dataset, tiny_net,
-)  # fmt: skip
+    NUM_CLASSES,
+    PROJECTION_DIM,
+    global_weights,
+    run_task,
+    site_context,
+    started,
+    tiny_dataset,
+    tiny_net,
+)
 
 SITES = ["site-1", "site-2", "site-3"]
 ROUNDS = 3
@@ -217,9 +234,14 @@ EXECUTOR_LABELS = [0] * 6 + [1] * 4 + [2] * 2  # 12 samples, 3 whole batches of 
 
 def fedssc_site(tmp_path, local_epochs=2):
     executor = FedSSCExecutor(
-        model=tiny_net(), dataset=tiny_dataset(EXECUTOR_LABELS), local_epochs=local_epochs, batch_size=4, lr=0.05,
-        min_class_count=1, device="cpu",
-    )  # fmt: skip
+        model=tiny_net(),
+        dataset=tiny_dataset(EXECUTOR_LABELS),
+        local_epochs=local_epochs,
+        batch_size=4,
+        lr=0.05,
+        min_class_count=1,
+        device="cpu",
+    )
     ctx = site_context(tmp_path)
     return started(executor, ctx), ctx
 
@@ -389,7 +411,9 @@ def test_excluding_the_own_prototype_gives_each_site_a_uniform_draw_among_the_ot
 
 
 def test_aggregator_and_recipe_pass_the_exclusion_option(tmp_path):
-    aggregator = PrototypeSharingAggregator(num_classes=K, prototype_dim=D, min_class_count=1, exclude_own_prototype=True)
+    aggregator = PrototypeSharingAggregator(
+        num_classes=K, prototype_dim=D, min_class_count=1, exclude_own_prototype=True
+    )
     for site, seed in (("site-1", 1), ("site-2", 2)):
         means, counts = upload(seed, [5, 5, 5, 5])
         meta = {"client_name": site, "num_samples": 10, CLASS_MEANS: means, CLASS_COUNTS: counts}
@@ -431,8 +455,17 @@ def test_site_reads_what_the_server_sent_and_refuses_what_does_not_fit():
 def test_committed_job_has_the_papers_defaults():
     client = json.loads((REPO / "jobs/fedssc_cifar10/app/config/config_fed_client.json").read_text())
     args = client["executors"][0]["executor"]["args"]
-    expected = dict(mu=5.0, mu_glob=1.0, temperature=0.5, min_class_count=10, prototype_clip_norm=None,
-                    prototype_noise_std=0.0, dataset="cifar10", num_sites=10, local_epochs=10)  # fmt: skip
+    expected = dict(
+        mu=5.0,
+        mu_glob=1.0,
+        temperature=0.5,
+        min_class_count=10,
+        prototype_clip_norm=None,
+        prototype_noise_std=0.0,
+        dataset="cifar10",
+        num_sites=10,
+        local_epochs=10,
+    )
     assert {k: args[k] for k in expected} == expected
     server = json.loads((REPO / "jobs/fedssc_cifar10/app/config/config_fed_server.json").read_text())
     aggregator = server["workflows"][0]["args"]["aggregator"]
@@ -494,9 +527,14 @@ def test_prototypes_make_the_round_trip_through_nvflare(fedssc_run):
 @pytest.fixture(scope="module")
 def fedssc_options_run(tmp_path_factory):
     recipe = FedSSCRecipe(
-        name="fedssc_options", min_clients=2, num_rounds=2, prototype_clip_norm=1.0, prototype_noise_std=0.01,
-        exclude_own_prototype=True, **TINY_TRAINING,
-    )  # fmt: skip
+        name="fedssc_options",
+        min_clients=2,
+        num_rounds=2,
+        prototype_clip_norm=1.0,
+        prototype_noise_std=0.01,
+        exclude_own_prototype=True,
+        **TINY_TRAINING,
+    )
     return export_and_run(recipe, tmp_path_factory.mktemp("fedssc_options_e2e"), n=2, t=2)
 
 
@@ -524,5 +562,6 @@ def test_clipping_noise_and_exclusion_end_to_end(fedssc_options_run):
     for site, other in (sites, sites[::-1]):
         expected = sum(1 for c, source in drawn.items() if source != site or counts[other][c] >= 10)
         assert f"{site}: round 1: received prototypes for {expected} of 10 classes" in run.output
-    assert any(source == site and counts[other][c] < 10 for c, source in drawn.items()
-               for site, other in (sites, sites[::-1])), "the run has no class that tests the exclusion"  # fmt: skip
+    assert any(
+        source == site and counts[other][c] < 10 for c, source in drawn.items() for site, other in (sites, sites[::-1])
+    ), "the run has no class that tests the exclusion"

@@ -32,8 +32,20 @@ def test_committed_job_folders_are_exactly_what_the_recipes_export(tmp_path):
 def test_main_job_has_the_papers_defaults():
     client = json.loads((REPO / "jobs/moon_cifar10/app/config/config_fed_client.json").read_text())
     args = client["executors"][0]["executor"]["args"]
-    expected = dict(mu=5.0, temperature=0.5, num_previous_models=1, dataset="cifar10", num_sites=10, beta=0.5, seed=0,
-                    local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, weight_decay=1e-5)  # fmt: skip
+    expected = dict(
+        mu=5.0,
+        temperature=0.5,
+        num_previous_models=1,
+        dataset="cifar10",
+        num_sites=10,
+        beta=0.5,
+        seed=0,
+        local_epochs=10,
+        batch_size=64,
+        lr=0.01,
+        momentum=0.9,
+        weight_decay=1e-5,
+    )
     assert {k: args[k] for k in expected} == expected
     assert args["model"]["args"]["arch"] == "simple_cnn"
     server = json.loads((REPO / "jobs/moon_cifar10/app/config/config_fed_server.json").read_text())

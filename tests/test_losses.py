@@ -20,7 +20,12 @@ def test_value_matches_a_hand_computation():
 
 
 def test_two_previous_models_enter_the_denominator():
-    z, zg, p1, p2 = torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]), torch.tensor([[-1.0, 0.0]])
+    z, zg, p1, p2 = (
+        torch.tensor([[1.0, 0.0]]),
+        torch.tensor([[1.0, 0.0]]),
+        torch.tensor([[0.0, 1.0]]),
+        torch.tensor([[-1.0, 0.0]]),
+    )
     expected = -math.log(math.exp(1) / (math.exp(1) + math.exp(0) + math.exp(-1)))
     assert model_contrastive_loss(z, zg, [p1, p2], 1.0).item() == pytest.approx(expected, rel=1e-6)
 

@@ -48,9 +48,13 @@ def test_schedule_in_words():
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [({"mu_off_rounds": -1}, "mu_off_rounds"), ({"mu_off_rounds": 1.5}, "mu_off_rounds"),
-     ({"mu_ramp_rounds": -2}, "mu_ramp_rounds"), ({"feature_noise_std": -0.1}, "feature_noise_std")],
-)  # fmt: skip
+    [
+        ({"mu_off_rounds": -1}, "mu_off_rounds"),
+        ({"mu_off_rounds": 1.5}, "mu_off_rounds"),
+        ({"mu_ramp_rounds": -2}, "mu_ramp_rounds"),
+        ({"feature_noise_std": -0.1}, "feature_noise_std"),
+    ],
+)
 def test_bad_settings_are_refused_by_name(kwargs, name):
     with pytest.raises(ValueError, match=name):
         MoonExecutor(model=Network(), dataset="synthetic", **kwargs)
@@ -163,8 +167,9 @@ def train_rounds(tmp_path, rounds=2, site="site-1", **kwargs):
     ``execute`` runs them; the last one's executor and mean loss terms. Round 1 on has MOON's term."""
     ctx = site_context(tmp_path, site=site)
     for round_number in range(rounds):
-        executor = MoonExecutor(model=Network(seed=0), dataset=SITE_DATA, batch_size=32, local_epochs=2, num_threads=1,
-                                **kwargs)  # fmt: skip
+        executor = MoonExecutor(
+            model=Network(seed=0), dataset=SITE_DATA, batch_size=32, local_epochs=2, num_threads=1, **kwargs
+        )
         executor._setup(ctx)
         objective = executor.make_objective(round_number, ctx)
         optimizer = sgd(executor._net, 0.05, 0.9, 0.0)

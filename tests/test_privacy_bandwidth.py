@@ -19,8 +19,13 @@ from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivac
 import nvflare_moon.server as server
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import (
-    FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
-)  # fmt: skip
+    FedAvgBaselineRecipe,
+    FedProxRecipe,
+    FedSiamDARecipe,
+    FedSSCRecipe,
+    MoonRecipe,
+    ScaffoldRecipe,
+)
 
 from nvflare_moon.client_api_recipes import MoonScriptRecipe
 
@@ -50,11 +55,16 @@ def update(site, params, params_type=ParamsType.FULL, num_samples=10):
 # ---- what the aggregators accept ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [server.WeightedFedAvgAggregator, server.DualAggregator,
-                                  lambda: server.PrototypeSharingAggregator(num_classes=2)])  # fmt: skip
+@pytest.mark.parametrize(
+    "make",
+    [server.WeightedFedAvgAggregator, server.DualAggregator, lambda: server.PrototypeSharingAggregator(num_classes=2)],
+)
 def test_a_weight_difference_is_added_to_the_global_model(make):
     agg = with_global(make())
-    diffs = [{k: np.full_like(v, 0.5) for k, v in GLOBAL.items()}, {k: np.full_like(v, -0.25) for k, v in GLOBAL.items()}]
+    diffs = [
+        {k: np.full_like(v, 0.5) for k, v in GLOBAL.items()},
+        {k: np.full_like(v, -0.25) for k, v in GLOBAL.items()},
+    ]
     assert agg.accept_model(update("site-1", diffs[0], ParamsType.DIFF, num_samples=10))
     assert agg.accept_model(update("site-2", diffs[1], ParamsType.DIFF, num_samples=30))
     result = agg.aggregate_model()
@@ -106,10 +116,15 @@ def test_scaffold_refuses_privacy_filters_naming_both():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"quantization": "int8"}, "quantization must be None or one of"),
-     ({"privacy_filters": [ExcludeVars("l3")]}, "give ExcludeVars a list of entry names"),
-     ({"privacy_filters": [Passthrough()]}, "privacy_filters takes instances of NVFlare's PercentilePrivacy, SVTPrivacy, ExcludeVars")],
-)  # fmt: skip
+    [
+        ({"quantization": "int8"}, "quantization must be None or one of"),
+        ({"privacy_filters": [ExcludeVars("l3")]}, "give ExcludeVars a list of entry names"),
+        (
+            {"privacy_filters": [Passthrough()]},
+            "privacy_filters takes instances of NVFlare's PercentilePrivacy, SVTPrivacy, ExcludeVars",
+        ),
+    ],
+)
 def test_bad_options_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         MoonRecipe(min_clients=2, dataset="synthetic", **kwargs)
@@ -117,30 +132,45 @@ def test_bad_options_are_refused_by_name(kwargs, message):
 
 def test_privacy_filters_run_before_the_quantizer_on_the_train_result(tmp_path):
     recipe = MoonRecipe(
-        name="filters", min_clients=2, dataset="synthetic", quantization="float16",
+        name="filters",
+        min_clients=2,
+        dataset="synthetic",
+        quantization="float16",
         privacy_filters=[PercentilePrivacy(), ExcludeVars(["l3.bias"])],
-    )  # fmt: skip
+    )
     recipe.export(str(tmp_path))
     client = json.loads((tmp_path / "filters" / "app" / "config" / "config_fed_client.json").read_text())
     server_config = json.loads((tmp_path / "filters" / "app" / "config" / "config_fed_server.json").read_text())
     train_chain = [c for c in client["task_result_filters"] if c["tasks"] == ["train"]][0]
     assert [f["path"].rsplit(".", 1)[1] for f in train_chain["filters"]] == [
-        "PercentilePrivacy", "ExcludeVars", "FloatModelQuantizer"
+        "PercentilePrivacy",
+        "ExcludeVars",
+        "FloatModelQuantizer",
     ]
-    for config, key in [(client, "task_data_filters"), (server_config, "task_data_filters"),
-                        (server_config, "task_result_filters")]:  # fmt: skip
+    for config, key in [
+        (client, "task_data_filters"),
+        (server_config, "task_data_filters"),
+        (server_config, "task_result_filters"),
+    ]:
         assert sorted(t for c in config[key] for t in c["tasks"]) == ["submit_model", "train", "validate"]
     text = json.dumps(client) + json.dumps(server_config)
     assert '"send_weight_diff": true' in text and '"allow_partial_updates": true' in text
 
 
 def test_script_recipes_quantize_both_ways(tmp_path):
-    recipe = MoonScriptRecipe(name="script_fp16", model=Network(), min_clients=2, quantization="float16",
-                              train_script=str(REPO / "tests" / "client_api_script.py"))  # fmt: skip
+    recipe = MoonScriptRecipe(
+        name="script_fp16",
+        model=Network(),
+        min_clients=2,
+        quantization="float16",
+        train_script=str(REPO / "tests" / "client_api_script.py"),
+    )
     recipe.export(str(tmp_path))
     configs = tmp_path / "script_fp16" / "app" / "config"
-    for side, data_filter, result_filter in [("client", "FloatModelDequantizer", "FloatModelQuantizer"),
-                                             ("server", "FloatModelQuantizer", "FloatModelDequantizer")]:  # fmt: skip
+    for side, data_filter, result_filter in [
+        ("client", "FloatModelDequantizer", "FloatModelQuantizer"),
+        ("server", "FloatModelQuantizer", "FloatModelDequantizer"),
+    ]:
         config = json.loads((configs / f"config_fed_{side}.json").read_text())
         for key, expected in [("task_data_filters", data_filter), ("task_result_filters", result_filter)]:
             chains = {t: [f["path"].rsplit(".", 1)[1] for f in c["filters"]] for c in config[key] for t in c["tasks"]}
@@ -150,9 +180,13 @@ def test_script_recipes_quantize_both_ways(tmp_path):
 # ---- in the simulator ---------------------------------------------------------------------------------------------
 
 METHODS = {
-    "fedavg": FedAvgBaselineRecipe, "fedprox": FedProxRecipe, "moon": MoonRecipe, "fedssc": FedSSCRecipe,
-    "fedsiam_da": FedSiamDARecipe, "scaffold": ScaffoldRecipe,
-}  # fmt: skip
+    "fedavg": FedAvgBaselineRecipe,
+    "fedprox": FedProxRecipe,
+    "moon": MoonRecipe,
+    "fedssc": FedSSCRecipe,
+    "fedsiam_da": FedSiamDARecipe,
+    "scaffold": ScaffoldRecipe,
+}
 SITES = ["site-1", "site-2"]
 
 
@@ -174,8 +208,10 @@ def local_model(run, site):
 def transfer_sizes(run, site, direction):
     """Bytes of the weights a site sent ('up': the server's download from the site) or received ('down'), per round,
     from NVFlare's streaming log lines in the site's log."""
-    pattern = {"up": r"\[server\] download tx \S+ done: .*\(([\d,]+) bytes\)",
-               "down": r"\[client\] download ref=\S+ done: .*\(([\d,]+) bytes\)"}[direction]  # fmt: skip
+    pattern = {
+        "up": r"\[server\] download tx \S+ done: .*\(([\d,]+) bytes\)",
+        "down": r"\[client\] download ref=\S+ done: .*\(([\d,]+) bytes\)",
+    }[direction]
     log = (run.workspace / site / "log.txt").read_text()
     return [int(n.replace(",", "")) for n in re.findall(pattern, log)]
 
@@ -183,8 +219,9 @@ def transfer_sizes(run, site, direction):
 @pytest.mark.e2e
 @pytest.mark.parametrize("method", list(METHODS))
 def test_quantized_updates_aggregate_to_the_fp16_rounded_uploads_and_halve_the_traffic(method, simulate):
-    recipe = METHODS[method](name=f"{method}_fp16", min_clients=2, num_rounds=2, quantization="float16",
-                             **TINY_TRAINING)  # fmt: skip
+    recipe = METHODS[method](
+        name=f"{method}_fp16", min_clients=2, num_rounds=2, quantization="float16", **TINY_TRAINING
+    )
     run = simulate(recipe, n=2, t=2)
     assert run.returncode == 0, run.output[-3000:]
     uploads = [local_model(run, s) for s in SITES]  # what each site trained in the last round, as it keeps it
@@ -222,8 +259,9 @@ def test_privacy_filters_with_moon(which, simulate):
         "svt": SVTPrivacy(fraction=0.1, epsilon=0.1, noise_var=0.1, gamma=1e-5, tau=1e-6),
         "exclude": ExcludeVars(["l3.weight", "l3.bias"]),
     }[which]
-    recipe = MoonRecipe(name=f"moon_{which}", min_clients=2, num_rounds=1, privacy_filters=[privacy_filter],
-                        **TINY_TRAINING)  # fmt: skip
+    recipe = MoonRecipe(
+        name=f"moon_{which}", min_clients=2, num_rounds=1, privacy_filters=[privacy_filter], **TINY_TRAINING
+    )
     run = simulate(recipe, n=2, t=2)
     assert run.returncode == 0, run.output[-3000:]
     assert "rejected the update" not in run.output

@@ -69,7 +69,6 @@ def test_exported_job_names_the_penalty(tmp_path):
     assert '"representation_loss": "l2_squared"' in config
 
 
-
 @pytest.mark.parametrize("representation_loss, power", [("l2", 1), ("l2_squared", 2)])
 def test_the_executor_trains_on_the_penalty_it_was_given(representation_loss, power, tmp_path):
     executor = MoonExecutor(model=Network(seed=0), dataset="synthetic", representation_loss=representation_loss)

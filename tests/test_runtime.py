@@ -12,7 +12,9 @@ def test_worker_count_is_read_from_the_simulator_command_line(tmp_path, monkeypa
     proc.mkdir(parents=True)
     (proc / "cmdline").write_bytes(cmdline.encode())
     real_open = open
-    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(str(p).replace("/proc", str(tmp_path / "proc")), *a, **k))
+    monkeypatch.setattr(
+        "builtins.open", lambda p, *a, **k: real_open(str(p).replace("/proc", str(tmp_path / "proc")), *a, **k)
+    )
     assert runtime.simulator_worker_count(["worker", "--parent_pid", "123"]) == 4
     assert runtime.simulator_worker_count(["worker"]) is None
     assert runtime.simulator_worker_count(["worker", "--parent_pid", "999"]) is None

@@ -74,7 +74,9 @@ def global_model(workspace: Path):
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_a_killed_run_continued_gives_the_uninterrupted_runs_rounds_and_final_model(tmp_path, method):
     recipe_class, threads = METHODS[method]
-    recipe_class(name=f"{method}_tiny", min_clients=2, num_rounds=ROUNDS, **TINY_TRAINING).export(str(tmp_path / "jobs"))
+    recipe_class(name=f"{method}_tiny", min_clients=2, num_rounds=ROUNDS, **TINY_TRAINING).export(
+        str(tmp_path / "jobs")
+    )
     job = tmp_path / "jobs" / f"{method}_tiny"
 
     through = run_simulator(job, tmp_path / "through", n=2, t=threads, timeout=900)
@@ -84,8 +86,12 @@ def test_a_killed_run_continued_gives_the_uninterrupted_runs_rounds_and_final_mo
     run_and_kill(job, interrupted, n=2, t=threads)
     continued = subprocess.run(
         [sys.executable, "-m", "nvflare_moon.resume", "--workspace", str(interrupted), "-n", "2", "-t", str(threads)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900, cwd=tmp_path,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert continued.returncode == 0, continued.stdout[-3000:]
     assert f"continuing from round {STOP_AFTER + 1}" in continued.stdout
 

@@ -36,9 +36,15 @@ def test_every_site_learns_the_synthetic_classes_alone():
     after ~150 SGD steps at lr 0.02 (its first ~75 steps stay at chance). Two sites with every class, 216 steps each:
     each should be near 100 %; 50 % is five times chance."""
     result = run_solo(
-        dataset="synthetic", num_sites=2, partition="iid", epochs=24, batch_size=32, lr=0.02, device="cpu",
+        dataset="synthetic",
+        num_sites=2,
+        partition="iid",
+        epochs=24,
+        batch_size=32,
+        lr=0.02,
+        device="cpu",
         log=lambda msg: None,
-    )  # fmt: skip
+    )
     accuracies = {site: figures["test_accuracy"] for site, figures in result["sites"].items()}
     assert min(accuracies.values()) >= 0.5, accuracies
 
@@ -68,8 +74,24 @@ def test_unknown_sites_and_bad_settings_are_refused_by_name():
 
 def test_command_line_prints_mean_and_std_and_writes_the_report(tmp_path, capsys):
     output = tmp_path / "cli.json"
-    main(["--dataset", "synthetic", "--num-sites", "3", "--epochs", "1", "--batch-size", "32", "--sites", "site-1",
-          "--device", "cpu", "--output", str(output)])  # fmt: skip
+    main(
+        [
+            "--dataset",
+            "synthetic",
+            "--num-sites",
+            "3",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "32",
+            "--sites",
+            "site-1",
+            "--device",
+            "cpu",
+            "--output",
+            str(output),
+        ]
+    )
     printed = capsys.readouterr().out
     written = json.loads(output.read_text())
     assert list(written["sites"]) == ["site-1"] and written["settings"]["arch"] == "simple_cnn"

@@ -8,8 +8,16 @@ import pytest
 from nvflare.fuel.flare_api.api_spec import NoConnection
 
 from nvflare_moon.submit import (
-    JobFailed, JobLost, JobResults, _headline, continue_job, error_lines, job_lost_reason, submit_token, wait_for_job,
-)  # fmt: skip
+    JobFailed,
+    JobLost,
+    JobResults,
+    _headline,
+    continue_job,
+    error_lines,
+    job_lost_reason,
+    submit_token,
+    wait_for_job,
+)
 
 SITE_ERROR_LOG = """\
 2026-11-29 20:27:41,520 - ClientRunner - INFO - [identity=site-1] - client runner started

@@ -66,7 +66,9 @@ def test_moon_objective_pairs_z_with_the_global_models_projection_and_pushes_it_
 def test_training_changes_only_the_local_model():
     net = tiny_net(batchnorm=True)
     glob, prev = frozen_copy(net), frozen_copy(tiny_net(seed=3, batchnorm=True))
-    before = {k: v.clone() for k, v in list(glob.state_dict().items()) + [("p." + k, v) for k, v in prev.state_dict().items()]}
+    before = {
+        k: v.clone() for k, v in list(glob.state_dict().items()) + [("p." + k, v) for k, v in prev.state_dict().items()]
+    }
     objective = MoonObjective(glob, [prev], mu=5.0, temperature=0.5)
     result = train_local(net, batches(), objective, sgd(net, 0.1, 0.9, 1e-5), epochs=2, device=torch.device("cpu"))
     assert result.steps == 8 and not result.aborted
@@ -108,9 +110,14 @@ def test_each_term_is_averaged_over_the_steps_that_computed_it():
         return loss, terms
 
     result = train_local(
-        net, batches(3), objective, sgd(net, 0.01, 0.0, 0.0), epochs=2, device=torch.device("cpu"),
+        net,
+        batches(3),
+        objective,
+        sgd(net, 0.01, 0.0, 0.0),
+        epochs=2,
+        device=torch.device("cpu"),
         before_epoch=epoch.append,
-    )  # fmt: skip
+    )
     assert result.steps == 6 and extra_values == [1.0, 2.0, 3.0]
     assert result.mean_terms["extra"] == pytest.approx(2.0)  # (1 + 2 + 3) / 3, not / 6
 
@@ -119,17 +126,29 @@ def test_abort_stops_before_the_next_step():
     net = tiny_net()
     calls = iter([False, False, True])
     result = train_local(
-        net, batches(), CrossEntropyObjective(), sgd(net, 0.01, 0.9, 0), epochs=5,
-        device=torch.device("cpu"), should_stop=lambda: next(calls),
-    )  # fmt: skip
+        net,
+        batches(),
+        CrossEntropyObjective(),
+        sgd(net, 0.01, 0.9, 0),
+        epochs=5,
+        device=torch.device("cpu"),
+        should_stop=lambda: next(calls),
+    )
     assert result.aborted and result.steps == 2
 
 
 def test_after_step_runs_after_every_optimizer_step():
     net = tiny_net()
     count = []
-    train_local(net, batches(), CrossEntropyObjective(), sgd(net, 0.01, 0.9, 0), 2, torch.device("cpu"),
-                after_step=lambda: count.append(1))
+    train_local(
+        net,
+        batches(),
+        CrossEntropyObjective(),
+        sgd(net, 0.01, 0.9, 0),
+        2,
+        torch.device("cpu"),
+        after_step=lambda: count.append(1),
+    )
     assert len(count) == 8
 
 

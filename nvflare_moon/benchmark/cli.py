@@ -28,26 +28,38 @@ def _list_of(kind):
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m nvflare_moon.benchmark", description=__doc__,
+        prog="python -m nvflare_moon.benchmark",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--protocol", choices=sorted(PROTOCOLS), help="which runs (see --list)")
     parser.add_argument("--methods", type=_list_of(str), help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--out", default="benchmark_results", help="output folder (default: %(default)s)")
-    parser.add_argument("--data-root", help="dataset folder for every run (default: $NVFLARE_MOON_DATA, else "
-                        "~/.cache/nvflare_moon/data)")  # fmt: skip
+    parser.add_argument(
+        "--data-root",
+        help="dataset folder for every run (default: $NVFLARE_MOON_DATA, else ~/.cache/nvflare_moon/data)",
+    )
     parser.add_argument("--list", action="store_true", help="print the protocols, their runs and what is finished")
     parser.add_argument("--summary-only", action="store_true", help="write the summary of the finished runs, run none")
     parser.add_argument("--run-timeout", type=float, help="give up a run after this many seconds")
-    parser.add_argument("--save-progress", metavar="DIR",
-                        help="run nothing: save the state of every interrupted run into DIR/<run_id>/ (a few MB, "
-                        "small enough to commit), e.g. docs/results/paper/in_progress")  # fmt: skip
-    parser.add_argument("--resume-from", metavar="DIR",
-                        help="continue interrupted runs from the states saved in DIR/<run_id>/ by --save-progress, "
-                        "where they are further than <out>'s own")  # fmt: skip
-    parser.add_argument("--keep-work", action="store_true",
-                        help="keep each run's exported job and simulator workspace (models, TensorBoard events) in "
-                        "<out>/work/<run_id>/")  # fmt: skip
+    parser.add_argument(
+        "--save-progress",
+        metavar="DIR",
+        help="run nothing: save the state of every interrupted run into DIR/<run_id>/ (a few MB, "
+        "small enough to commit), e.g. docs/results/paper/in_progress",
+    )
+    parser.add_argument(
+        "--resume-from",
+        metavar="DIR",
+        help="continue interrupted runs from the states saved in DIR/<run_id>/ by --save-progress, "
+        "where they are further than <out>'s own",
+    )
+    parser.add_argument(
+        "--keep-work",
+        action="store_true",
+        help="keep each run's exported job and simulator workspace (models, TensorBoard events) in "
+        "<out>/work/<run_id>/",
+    )
     overrides = parser.add_argument_group("overrides of the protocol's settings (smoke tests, shorter runs)")
     overrides.add_argument("--dataset", choices=DATASETS)
     overrides.add_argument("--rounds", type=int)
@@ -84,10 +96,19 @@ def describe(args: argparse.Namespace) -> List[str]:
 
 def _protocol(args: argparse.Namespace, name: str):
     return customised(
-        PROTOCOLS[name], seeds=args.seeds, betas=args.betas, dataset=args.dataset, rounds=args.rounds,
-        local_epochs=args.local_epochs, num_sites=args.sites, threads=args.threads, device=args.device,
-        batch_size=args.batch_size, lr=args.lr, solo_epochs=args.solo_epochs,
-    )  # fmt: skip
+        PROTOCOLS[name],
+        seeds=args.seeds,
+        betas=args.betas,
+        dataset=args.dataset,
+        rounds=args.rounds,
+        local_epochs=args.local_epochs,
+        num_sites=args.sites,
+        threads=args.threads,
+        device=args.device,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        solo_epochs=args.solo_epochs,
+    )
 
 
 class Terminated(KeyboardInterrupt):
@@ -110,14 +131,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = "python -m nvflare_moon.benchmark " + shlex.join(sys.argv[1:] if argv is None else list(argv))
         data_root = os.path.abspath(os.path.expanduser(args.data_root)) if args.data_root else None
         return run_protocol(
-            _protocol(args, args.protocol), args.out, args.methods, data_root, command, args.run_timeout,
-            args.summary_only, args.keep_work, log=lambda line: print(line, flush=True),
-            resume_from=args.resume_from, save_progress=args.save_progress,
-        )  # fmt: skip
+            _protocol(args, args.protocol),
+            args.out,
+            args.methods,
+            data_root,
+            command,
+            args.run_timeout,
+            args.summary_only,
+            args.keep_work,
+            log=lambda line: print(line, flush=True),
+            resume_from=args.resume_from,
+            save_progress=args.save_progress,
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        print("interrupted; run the same command again to resume (finished runs are kept, an interrupted run "
-              "continues after its last aggregated round)", file=sys.stderr)  # fmt: skip
+        print(
+            "interrupted; run the same command again to resume (finished runs are kept, an interrupted run "
+            "continues after its last aggregated round)",
+            file=sys.stderr,
+        )
         return 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)

@@ -18,8 +18,13 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivacy
 
 from ..recipes import (
-    FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe,
-)  # fmt: skip
+    FedAvgBaselineRecipe,
+    FedProxRecipe,
+    FedSiamDARecipe,
+    FedSSCRecipe,
+    MoonRecipe,
+    ScaffoldRecipe,
+)
 from ..resume import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
 from .collect import read_simulator_results, read_solo_report
 from .protocols import RunSpec, Variant, format_value
@@ -67,11 +72,22 @@ class SimulatorMethod:
         s = spec.settings
         job_name = re.sub(r"[^A-Za-z0-9_-]", "_", spec.run_id)
         recipe = self.recipe(
-            name=job_name, min_clients=s.num_sites, num_rounds=s.rounds, dataset=s.dataset, arch=s.arch,
-            beta=spec.beta, seed=spec.seed, local_epochs=s.local_epochs, batch_size=s.batch_size, lr=s.lr,
-            momentum=s.momentum, weight_decay=s.weight_decay, device=s.device, data_root=data_root,
+            name=job_name,
+            min_clients=s.num_sites,
+            num_rounds=s.rounds,
+            dataset=s.dataset,
+            arch=s.arch,
+            beta=spec.beta,
+            seed=spec.seed,
+            local_epochs=s.local_epochs,
+            batch_size=s.batch_size,
+            lr=s.lr,
+            momentum=s.momentum,
+            weight_decay=s.weight_decay,
+            device=s.device,
+            data_root=data_root,
             **{**self.defaults, **dict(spec.variant.args)},
-        )  # fmt: skip
+        )
         exported = os.path.join(run_dir, "job")
         shutil.rmtree(exported, ignore_errors=True)
         recipe.export(exported)
@@ -85,12 +101,25 @@ class SimulatorMethod:
             job = make_simulator_continuation(point, os.path.join(run_dir, "continuation"))
             earlier = point.metrics()
         workspace = os.path.join(run_dir, "workspace")
-        command = [sys.executable, "-m", SIMULATOR_MODULE, job, "-w", workspace,
-                   "-n", str(s.num_sites), "-t", str(s.simulator_threads)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            SIMULATOR_MODULE,
+            job,
+            "-w",
+            workspace,
+            "-n",
+            str(s.num_sites),
+            "-t",
+            str(s.simulator_threads),
+        ]
         return Launch(
-            command, ROUND_LINE, s.rounds - len(earlier), "round",
+            command,
+            ROUND_LINE,
+            s.rounds - len(earlier),
+            "round",
             lambda started: read_simulator_results(workspace, s.rounds, started, earlier),
-        )  # fmt: skip
+        )
 
 
 def _job_configs(job_dir: str) -> Dict[str, Any]:
@@ -129,20 +158,46 @@ class CommandMethod:
         """A run from the start (a command has no resume point)."""
         report = os.path.join(run_dir, "report.json")
         return Launch(
-            self.command(spec, report, data_root), self.progress, self.units(spec), self.unit_name,
+            self.command(spec, report, data_root),
+            self.progress,
+            self.units(spec),
+            self.unit_name,
             lambda started: self.read_report(report, spec),
-        )  # fmt: skip
+        )
 
 
 def solo_command(spec: RunSpec, report: str, data_root: Optional[str]) -> List[str]:
     """SOLO (:mod:`nvflare_moon.solo`): every site trains alone for ``settings.solo_epochs_per_site`` epochs."""
     s = spec.settings
     command = [
-        sys.executable, "-m", "nvflare_moon.solo", "--dataset", s.dataset, "--num-sites", str(s.num_sites),
-        "--epochs", str(s.solo_epochs_per_site), "--arch", s.arch, "--beta", repr(spec.beta), "--seed", str(spec.seed),
-        "--batch-size", str(s.batch_size), "--lr", repr(s.lr), "--momentum", repr(s.momentum),
-        "--weight-decay", repr(s.weight_decay), "--device", s.device, "--output", report,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "nvflare_moon.solo",
+        "--dataset",
+        s.dataset,
+        "--num-sites",
+        str(s.num_sites),
+        "--epochs",
+        str(s.solo_epochs_per_site),
+        "--arch",
+        s.arch,
+        "--beta",
+        repr(spec.beta),
+        "--seed",
+        str(spec.seed),
+        "--batch-size",
+        str(s.batch_size),
+        "--lr",
+        repr(s.lr),
+        "--momentum",
+        repr(s.momentum),
+        "--weight-decay",
+        repr(s.weight_decay),
+        "--device",
+        s.device,
+        "--output",
+        report,
+    ]
     return command + (["--data-root", data_root] if data_root else [])
 
 
@@ -178,7 +233,11 @@ def variant_label(variant: Variant) -> str:
     if not variant.args:
         return label
     names = {
-        "mu": "μ", "mu_off_rounds": "K", "mu_ramp_rounds": "R", "feature_noise_std": "σ", "history_branch": "history on",
+        "mu": "μ",
+        "mu_off_rounds": "K",
+        "mu_ramp_rounds": "R",
+        "feature_noise_std": "σ",
+        "history_branch": "history on",
         "cosine_vector": "ξ from",
-    }  # fmt: skip
+    }
     return f"{label} (" + ", ".join(f"{names.get(k, k)}={format_value(v)}" for k, v in variant.args) + ")"

@@ -75,9 +75,7 @@ def rounds_to_target(groups: Dict[Group, List[Dict]], path: str, title: str) -> 
     return _close(fig, path)
 
 
-def partition(
-    dataset: str, num_sites: int, beta: float, seed: int, path: str, data_root: Optional[str] = None
-) -> str:
+def partition(dataset: str, num_sites: int, beta: float, seed: int, path: str, data_root: Optional[str] = None) -> str:
     """The Dirichlet partition the runs train on: per site, its samples stacked by class."""
     splits = load_dataset(dataset, data_root)
     labels = splits.train.labels.numpy()

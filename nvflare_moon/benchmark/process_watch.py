@@ -100,8 +100,12 @@ class PeakMemoryWatcher:
             "clients": dict(sorted(clients.items(), key=lambda item: site_order(item[0]))),
             "other": other,
             "processes": [
-                {"pid": pid, "role": self._roles.get(pid, ("other", None))[0],
-                 "site": self._roles.get(pid, ("other", None))[1], "peak_mb": peak}
+                {
+                    "pid": pid,
+                    "role": self._roles.get(pid, ("other", None))[0],
+                    "site": self._roles.get(pid, ("other", None))[1],
+                    "peak_mb": peak,
+                }
                 for pid, peak in sorted(self._peaks.items())
             ],
-        }  # fmt: skip
+        }

@@ -28,9 +28,13 @@ PUBLISHED = (
     Published("moon", "cifar10", "top1", 69.1, "Table 1; text: 'MOON achieved top-1 … 69.1% on CIFAR-10'"),
     Published("fedavg", "cifar10", "top1", 66.3, "Tables 1 and 5; text: '65.8% vs. 66.3% for FedAvg'"),
     Published(
-        "moon_l2", "cifar10", "top1", 65.8, "Table 5; text: 'ℓ2-norm representation penalty … 65.8%'",
+        "moon_l2",
+        "cifar10",
+        "top1",
+        65.8,
+        "Table 5; text: 'ℓ2-norm representation penalty … 65.8%'",
         settings=PAPER_SETTINGS + "; μ tuned over {0.001, 0.01, 0.1, 1, 5, 10}, best reported",
-    ),  # fmt: skip
+    ),
     Published("moon", "cifar10", "speedup", 3.7, "Table 2; text: '3.7× speedup on CIFAR-10'"),
     Published("fedavg", "cifar10", "speedup", 1.0, "Table 2: the reference, its 100 rounds to its own accuracy"),
 )

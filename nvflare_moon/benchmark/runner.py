@@ -184,9 +184,14 @@ def execute_run(
         with open(log_path, "a" if point is not None else "w") as log:
             log.write(" ".join(launch.command) + "\n")
             command = subprocess.Popen(
-                launch.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=run_dir,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
-            )  # fmt: skip
+                launch.command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=run_dir,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                start_new_session=True,
+            )
             reader = threading.Thread(target=_follow, args=(command.stdout, log, launch, progress), daemon=True)
             reader.start()
             with PeakMemoryWatcher(command.pid) as watcher:
@@ -203,8 +208,9 @@ def execute_run(
         if returncode is None:
             raise RunFailed(f"{spec.run_id} timed out after {run_timeout:.0f} s; its output is in {log_path}")
         if returncode != 0:
-            raise RunFailed(f"{spec.run_id} failed (exit code {returncode}); its output is in {log_path}:\n"
-                            + _tail(log_path))  # fmt: skip
+            raise RunFailed(
+                f"{spec.run_id} failed (exit code {returncode}); its output is in {log_path}:\n" + _tail(log_path)
+            )
         try:
             results = launch.collect(started)
         except ValueError as e:
@@ -293,11 +299,15 @@ def run_protocol(
                     dest = os.path.join(save_progress, spec.run_id)
                     shutil.rmtree(dest, ignore_errors=True)
                     shutil.copytree(point.path, dest)
-                    log(f"{spec.run_id}: saved its state after round {point.last_round} in {dest} "
-                        f"({point.size_bytes()} bytes)")  # fmt: skip
+                    log(
+                        f"{spec.run_id}: saved its state after round {point.last_round} in {dest} "
+                        f"({point.size_bytes()} bytes)"
+                    )
     todo = [] if summary_only or save_progress else [s for s in specs if s.run_id not in finished]
-    log(f"protocol {protocol.name}: {len(specs)} runs, {len(finished)} already finished in {out_dir}, "
-        f"{len(todo)} to run")
+    log(
+        f"protocol {protocol.name}: {len(specs)} runs, {len(finished)} already finished in {out_dir}, "
+        f"{len(todo)} to run"
+    )
     progress = Progress(len(todo), log)
     failures: List[str] = []
     for spec in todo:
@@ -318,8 +328,14 @@ def run_protocol(
             point = load_resume_point(point_dir)
             in_progress[spec.run_id] = (point.last_round + 1, point.metrics()[-1]["test_accuracy"])
     summary = write_summary(
-        os.path.join(out_dir, protocol.name), protocol, records, missing, command, environment(), data_root,
+        os.path.join(out_dir, protocol.name),
+        protocol,
+        records,
+        missing,
+        command,
+        environment(),
+        data_root,
         in_progress,
-    )  # fmt: skip
+    )
     log(f"summary: {summary}" + (f"; {len(missing)} runs not finished" if missing else ""))
     return 1 if missing else 0

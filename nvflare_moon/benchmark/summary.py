@@ -10,9 +10,16 @@ from .plots import accuracy_vs_rounds, partition, rounds_to_target
 from .protocols import Protocol, RunSpec
 from .published import PUBLISHED
 from .tables import (
-    LOCAL_FIGURE_HEADERS, PER_RUN_HEADERS, beta_sweep_rows, final_accuracy_rows, group_runs, local_figure_rows,
-    markdown_table, per_run_rows, rounds_to_target_rows,
-)  # fmt: skip
+    LOCAL_FIGURE_HEADERS,
+    PER_RUN_HEADERS,
+    beta_sweep_rows,
+    final_accuracy_rows,
+    group_runs,
+    local_figure_rows,
+    markdown_table,
+    per_run_rows,
+    rounds_to_target_rows,
+)
 
 SUMMARY = "summary.md"
 CURVES_CSV = "accuracy_per_round.csv"
@@ -57,13 +64,16 @@ def write_summary(
         f"{s.arch}, batch {s.batch_size}, SGD lr {s.lr:g}, momentum {s.momentum:g}, weight decay {s.weight_decay:g}, "
         f"device {s.device}, simulator `-n {s.num_sites} -t {s.simulator_threads}`; SOLO {s.solo_epochs_per_site} "
         "epochs per site.",
-        f"- Runs: {len(records)} finished" + (f", {len(missing)} missing: " + ", ".join(m.run_id for m in missing)
-                                               if missing else "."),  # fmt: skip
+        f"- Runs: {len(records)} finished"
+        + (f", {len(missing)} missing: " + ", ".join(m.run_id for m in missing) if missing else "."),
         "",
     ]
     for run_id, (done, accuracy) in sorted((in_progress or {}).items()):
-        lines.insert(-1, f"- In progress: {run_id}, {done} of {s.rounds} rounds done, test accuracy "
-                         f"{100 * accuracy:.2f}% after round {done - 1}.")  # fmt: skip
+        lines.insert(
+            -1,
+            f"- In progress: {run_id}, {done} of {s.rounds} rounds done, test accuracy "
+            f"{100 * accuracy:.2f}% after round {done - 1}.",
+        )
     if s.dataset == "cifar10":
         lines += [
             "Our CIFAR-10 is the offline JPEG-compressed copy (quality 75; labels and order exact), so absolute "
@@ -74,8 +84,10 @@ def write_summary(
         lines += _tables(groups, s.dataset, records)
         lines += _plots(folder, protocol, groups, data_root)
         write_curves_csv(records, os.path.join(folder, CURVES_CSV))
-        lines += [f"Every round of every run: [`{CURVES_CSV}`]({CURVES_CSV}); the full records are the run JSON files.",
-                  ""]  # fmt: skip
+        lines += [
+            f"Every round of every run: [`{CURVES_CSV}`]({CURVES_CSV}); the full records are the run JSON files.",
+            "",
+        ]
     path = os.path.join(folder, SUMMARY)
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
@@ -115,10 +127,16 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
             "mean curve over seeds; speed-up = FedAvg's rounds to the target / the method's.",
             "",
             markdown_table(
-                ["method", "β", "target %", "rounds to target / total", "speed-up",
-                 "published speed-up, at the paper's settings"],
+                [
+                    "method",
+                    "β",
+                    "target %",
+                    "rounds to target / total",
+                    "speed-up",
+                    "published speed-up, at the paper's settings",
+                ],
                 speed_rows,
-            ),  # fmt: skip
+            ),
             "",
         ]
     if len({beta for _, beta in groups}) > 1:
@@ -148,6 +166,10 @@ def _plots(folder: str, protocol: Protocol, groups, data_root: Optional[str]) ->
     for beta in sorted({beta for _, beta in groups}):
         name = f"partition_beta{beta:g}.png"
         partition(s.dataset, s.num_sites, beta, seed, os.path.join(folder, name), data_root)
-        lines += [f"What non-IID means here, β = {beta:g} (seed {seed}; other seeds draw other partitions):", "",
-                  f"![partition at β = {beta:g}]({name})", ""]  # fmt: skip
+        lines += [
+            f"What non-IID means here, β = {beta:g} (seed {seed}; other seeds draw other partitions):",
+            "",
+            f"![partition at β = {beta:g}]({name})",
+            "",
+        ]
     return lines

@@ -83,9 +83,12 @@ def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dic
         baseline_rounds = rounds_to_target(mean_curve([curve(r) for r in baseline]), target)
         rounds = rounds_to_target(mean_curve([curve(r) for r in runs]), target)
         result[(variant, beta)] = {
-            "target": target, "rounds": rounds, "baseline_rounds": baseline_rounds,
-            "speedup": speedup(baseline_rounds, rounds), "total_rounds": len(runs[0]["rounds"]),
-        }  # fmt: skip
+            "target": target,
+            "rounds": rounds,
+            "baseline_rounds": baseline_rounds,
+            "speedup": speedup(baseline_rounds, rounds),
+            "total_rounds": len(runs[0]["rounds"]),
+        }
     return result
 
 
@@ -138,10 +141,16 @@ def rounds_to_target_rows(groups: "OrderedDict[Group, List[Dict]]", dataset: str
         runs = groups[(variant, beta)]
         reached = "not reached" if t["rounds"] is None else str(t["rounds"])
         gain = "—" if t["speedup"] is None else f"{t['speedup']:.2f}×"
-        rows.append([
-            runs[0]["label"], f"{beta:g}", percent(t["target"]), f"{reached} / {t['total_rounds']}", gain,
-            _published_cell(runs[0]["method"], dataset, "speedup", beta, "×"),
-        ])  # fmt: skip
+        rows.append(
+            [
+                runs[0]["label"],
+                f"{beta:g}",
+                percent(t["target"]),
+                f"{reached} / {t['total_rounds']}",
+                gain,
+                _published_cell(runs[0]["method"], dataset, "speedup", beta, "×"),
+            ]
+        )
     return rows
 
 
@@ -153,8 +162,12 @@ def beta_sweep_rows(groups: "OrderedDict[Group, List[Dict]]") -> Tuple[List[str]
     rows = []
     for variant in variants:
         label = next(runs[0]["label"] for (v, _), runs in groups.items() if v == variant)
-        cells = [percent_mean_std([r["final_accuracy"] for r in groups[(variant, beta)]])
-                 if (variant, beta) in groups else "—" for beta in betas]  # fmt: skip
+        cells = [
+            percent_mean_std([r["final_accuracy"] for r in groups[(variant, beta)]])
+            if (variant, beta) in groups
+            else "—"
+            for beta in betas
+        ]
         rows.append([label] + cells)
     return headers, rows
 
@@ -168,20 +181,29 @@ def local_figure_rows(groups: "OrderedDict[Group, List[Dict]]") -> List[List[str
         spreads = [r["rounds"][-1].get("spread", {}) for r in runs if r["rounds"]]
         if not spreads or not all("accuracy" in s and "local_model_accuracy" in s for s in spreads):
             continue
-        rows.append([
-            runs[0]["label"], f"{beta:g}", ", ".join(str(r["seed"]) for r in runs),
-            percent_mean_std([s["accuracy"]["mean"] for s in spreads]),
-            percent_mean_std([s["accuracy"]["worst"] for s in spreads]),
-            percent_mean_std([s["accuracy"]["std"] for s in spreads]),
-            percent_mean_std([s["local_model_accuracy"]["mean"] for s in spreads]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                runs[0]["label"],
+                f"{beta:g}",
+                ", ".join(str(r["seed"]) for r in runs),
+                percent_mean_std([s["accuracy"]["mean"] for s in spreads]),
+                percent_mean_std([s["accuracy"]["worst"] for s in spreads]),
+                percent_mean_std([s["accuracy"]["std"] for s in spreads]),
+                percent_mean_std([s["local_model_accuracy"]["mean"] for s in spreads]),
+            ]
+        )
     return rows
 
 
 LOCAL_FIGURE_HEADERS = [
-    "method", "β", "seeds", "local acc. of the global model % (mean over sites)", "worst site %", "std over sites %",
+    "method",
+    "β",
+    "seeds",
+    "local acc. of the global model % (mean over sites)",
+    "worst site %",
+    "std over sites %",
     "personalised acc. % (mean over sites)",
-]  # fmt: skip
+]
 
 
 def per_run_rows(records: Sequence[Dict]) -> List[List[str]]:
@@ -200,14 +222,28 @@ def per_run_rows(records: Sequence[Dict]) -> List[List[str]]:
             best_cell, per_round, first = "—", "—", "—"
         memory = r["peak_rss_mb"]
         client_peak = f"{max(memory['clients'].values()):.0f}" if memory["clients"] else "—"
-        rows.append([
-            r["run_id"], percent(r["final_accuracy"]), best_cell, f"{r['wall_seconds']:.0f}", per_round, first,
-            client_peak, f"{memory['other']:.0f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                r["run_id"],
+                percent(r["final_accuracy"]),
+                best_cell,
+                f"{r['wall_seconds']:.0f}",
+                per_round,
+                first,
+                client_peak,
+                f"{memory['other']:.0f}",
+            ]
+        )
     return rows
 
 
 PER_RUN_HEADERS = [
-    "run", "final top-1 %", "best top-1 % (round)", "wall s", "s/round (rounds ≥ 1)", "round 0 s (incl. start-up)",
-    "peak RSS per client MB (max)", "peak RSS other MB",
-]  # fmt: skip
+    "run",
+    "final top-1 %",
+    "best top-1 % (round)",
+    "wall s",
+    "s/round (rounds ≥ 1)",
+    "round 0 s (incl. start-up)",
+    "peak RSS per client MB (max)",
+    "peak RSS other MB",
+]

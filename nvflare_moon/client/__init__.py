@@ -8,6 +8,10 @@ from .scaffold import PTPersistentScaffoldHelper
 from .state import StateFolderNotFound, state_folder
 
 __all__ = [
-    "PTMoonHelper", "PTFedSSCHelper", "PTFedSiamDAHelper", "PTPersistentScaffoldHelper", "StateFolderNotFound",
+    "PTMoonHelper",
+    "PTFedSSCHelper",
+    "PTFedSiamDAHelper",
+    "PTPersistentScaffoldHelper",
+    "StateFolderNotFound",
     "state_folder",
 ]

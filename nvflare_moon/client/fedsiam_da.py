@@ -22,8 +22,14 @@ import torch
 import torch.nn as nn
 
 from ..core.objectives import (
-    HISTORY_BRANCHES, HISTORY_CHOICES, FedSiamDAObjective, Predictor, Representation, predictor_of, projection_of,
-)  # fmt: skip
+    HISTORY_BRANCHES,
+    HISTORY_CHOICES,
+    FedSiamDAObjective,
+    Predictor,
+    Representation,
+    predictor_of,
+    projection_of,
+)
 from ..core.training import TermMeans
 from .common import check_received_weights, site_identity
 from .meta import FEDSIAM_DA_HISTORY, FEDSIAM_DA_HISTORY_BRANCH, FEDSIAM_DA_MU, NUM_SAMPLES, read_setting

@@ -46,8 +46,16 @@ FEDSIAM_DA_HISTORY = "fedsiam_da_history"
 FEDSIAM_DA_HISTORY_BRANCH = "fedsiam_da_history_branch"
 
 
-def read_setting(meta: Mapping[str, Any], key: str, recipe: str, *, low: float = None, low_inclusive: bool = True,
-                 integer: bool = False, optional: bool = False) -> Any:  # fmt: skip
+def read_setting(
+    meta: Mapping[str, Any],
+    key: str,
+    recipe: str,
+    *,
+    low: float = None,
+    low_inclusive: bool = True,
+    integer: bool = False,
+    optional: bool = False,
+) -> Any:
     """``meta[key]``, checked. Raises ValueError, naming the key and the recipe that sends it, when it is missing
     (unless ``optional``: then None) or out of range."""
     if key not in meta or (optional and meta[key] is None):
@@ -61,8 +69,11 @@ def read_setting(meta: Mapping[str, Any], key: str, recipe: str, *, low: float =
     if hasattr(value, "item"):  # a numpy scalar
         value = value.item()
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or not math.isfinite(value) or (
-        low is not None and (value < low or (value == low and not low_inclusive))
+    if (
+        isinstance(value, bool)
+        or not ok
+        or not math.isfinite(value)
+        or (low is not None and (value < low or (value == low and not low_inclusive)))
     ):
         raise ValueError(f"the received meta[{key!r}] = {value!r} is not a valid setting (sent by {recipe})")
     return value

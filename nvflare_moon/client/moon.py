@@ -31,9 +31,18 @@ from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPES, prepare_upl
 from ..core.training import TermMeans, frozen_copy
 from .common import check_received_weights, site_identity
 from .meta import (
-    FEDSSC_MIN_CLASS_COUNT, FEDSSC_MU_GLOB, FEDSSC_PROTOTYPE_CLIP_NORM, FEDSSC_PROTOTYPE_NOISE_STD, MOON_MU,
-    MOON_MU_OFF_ROUNDS, MOON_MU_RAMP_ROUNDS, MOON_NUM_PREVIOUS_MODELS, MOON_TEMPERATURE, NUM_SAMPLES, read_setting,
-)  # fmt: skip
+    FEDSSC_MIN_CLASS_COUNT,
+    FEDSSC_MU_GLOB,
+    FEDSSC_PROTOTYPE_CLIP_NORM,
+    FEDSSC_PROTOTYPE_NOISE_STD,
+    MOON_MU,
+    MOON_MU_OFF_ROUNDS,
+    MOON_MU_RAMP_ROUNDS,
+    MOON_NUM_PREVIOUS_MODELS,
+    MOON_TEMPERATURE,
+    NUM_SAMPLES,
+    read_setting,
+)
 from .uploads import ScriptUploads
 
 logger = logging.getLogger(__name__)

@@ -41,7 +41,11 @@ class PTPersistentScaffoldHelper:
     STATE_NAME = "scaffold_state"
 
     def __init__(
-        self, model: nn.Module, state_dir: Optional[str] = None, job_id: Optional[str] = None, site: Optional[str] = None
+        self,
+        model: nn.Module,
+        state_dir: Optional[str] = None,
+        job_id: Optional[str] = None,
+        site: Optional[str] = None,
     ):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -78,7 +82,9 @@ class PTPersistentScaffoldHelper:
     def finish(self) -> Dict[str, Dict[str, np.ndarray]]:
         """Update and save c_i; the meta entry with Δc_i to send beside the weights."""
         delta = self._started().finish()
-        self._store.save(self._round_number, controls_payload(self._history, self._round_number, self.round.local_control))
+        self._store.save(
+            self._round_number, controls_payload(self._history, self._round_number, self.round.local_control)
+        )
         return {AlgorithmConstants.SCAFFOLD_CTRL_DIFF: delta}
 
     def _load_history(self) -> List[Tuple[int, Controls]]:
@@ -98,5 +104,7 @@ class PTPersistentScaffoldHelper:
 
     def _started(self) -> ScaffoldRound:
         if self.round is None:
-            raise RuntimeError("call PTPersistentScaffoldHelper.start_round(input_model, lr) at the start of every round")
+            raise RuntimeError(
+                "call PTPersistentScaffoldHelper.start_round(input_model, lr) at the start of every round"
+            )
         return self.round

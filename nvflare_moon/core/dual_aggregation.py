@@ -53,7 +53,9 @@ def float_vector(params: Mapping[str, np.ndarray], keys: Iterable[str]) -> np.nd
 
 
 def dual_aggregate(
-    models: List[Mapping[str, np.ndarray]], sample_weights: np.ndarray, cosine_floor: float = 1e-6,
+    models: List[Mapping[str, np.ndarray]],
+    sample_weights: np.ndarray,
+    cosine_floor: float = 1e-6,
     vector: str = "state",
 ) -> DualAggregation:
     """The dual aggregate of ``models`` (state dicts with the same keys), ``sample_weights`` being n_k / Σ_j n_j,

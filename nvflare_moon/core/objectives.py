@@ -54,9 +54,13 @@ class MoonObjective(CrossEntropyObjective):
     """
 
     def __init__(
-        self, global_model: nn.Module, previous_models: Sequence[nn.Module], mu: float, temperature: float,
+        self,
+        global_model: nn.Module,
+        previous_models: Sequence[nn.Module],
+        mu: float,
+        temperature: float,
         representation: Representation = projection_of,
-    ):  # fmt: skip
+    ):
         self.global_model = global_model
         self.previous_models = list(previous_models)
         self.mu = mu

@@ -92,9 +92,7 @@ def prepare_upload(
     return means, counts
 
 
-def usable_class_means(
-    means: Any, counts: Any, num_classes: int, dim: int
-) -> Tuple[np.ndarray, np.ndarray, List[str]]:
+def usable_class_means(means: Any, counts: Any, num_classes: int, dim: int) -> Tuple[np.ndarray, np.ndarray, List[str]]:
     """One site's upload as the server may use it: ``(means [K, D] float32, counts [K] int64, problems)``.
 
     A wrong shape or type refuses the whole upload (all counts 0); a class whose mean holds NaN or Inf, or whose count

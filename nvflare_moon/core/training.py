@@ -116,4 +116,3 @@ def sgd(model: nn.Module, lr: float, momentum: float, weight_decay: float) -> to
     return torch.optim.SGD(
         [p for p in model.parameters() if p.requires_grad], lr=lr, momentum=momentum, weight_decay=weight_decay
     )
-

@@ -16,6 +16,7 @@ Supported names (``load_dataset(name, data_root)``):
 ``load_dataset`` memoises its result per (name, data_root) in the process. The returned tensors are shared between
 callers: treat them as read-only.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,15 @@ import torch
 from .decoded_cache import load_or_decode
 
 __all__ = [
-    "ImageArrays", "DatasetSplits", "DatasetNotFoundError", "DATASETS", "NUM_CLASSES",
-    "load_dataset", "load_image_folder", "clear_dataset_cache", "make_synthetic",
+    "ImageArrays",
+    "DatasetSplits",
+    "DatasetNotFoundError",
+    "DATASETS",
+    "NUM_CLASSES",
+    "load_dataset",
+    "load_image_folder",
+    "clear_dataset_cache",
+    "make_synthetic",
 ]
 
 DATASETS = ("cifar10", "cifar100", "tinyimagenet", "synthetic")
@@ -49,24 +57,33 @@ class ImageArrays:
 
     def __post_init__(self):
         if not isinstance(self.images, torch.Tensor) or self.images.dtype != torch.uint8 or self.images.ndim != 4:
-            raise ValueError("images must be a uint8 torch.Tensor of shape [N, C, H, W], got "
-                             f"{getattr(self.images, 'dtype', type(self.images))} "
-                             f"{tuple(getattr(self.images, 'shape', ()))}")
+            raise ValueError(
+                "images must be a uint8 torch.Tensor of shape [N, C, H, W], got "
+                f"{getattr(self.images, 'dtype', type(self.images))} "
+                f"{tuple(getattr(self.images, 'shape', ()))}"
+            )
         if not isinstance(self.labels, torch.Tensor) or self.labels.dtype != torch.int64 or self.labels.ndim != 1:
-            raise ValueError("labels must be an int64 torch.Tensor of shape [N], got "
-                             f"{getattr(self.labels, 'dtype', type(self.labels))} "
-                             f"{tuple(getattr(self.labels, 'shape', ()))}")
+            raise ValueError(
+                "labels must be an int64 torch.Tensor of shape [N], got "
+                f"{getattr(self.labels, 'dtype', type(self.labels))} "
+                f"{tuple(getattr(self.labels, 'shape', ()))}"
+            )
         if self.images.shape[0] != self.labels.shape[0]:
-            raise ValueError(f"images and labels must have the same length, got {self.images.shape[0]} images and "
-                             f"{self.labels.shape[0]} labels")
+            raise ValueError(
+                f"images and labels must have the same length, got {self.images.shape[0]} images and "
+                f"{self.labels.shape[0]} labels"
+            )
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
     def subset(self, indices) -> "ImageArrays":
         """The samples at ``indices`` (any int sequence, numpy array or tensor), in that order, as a copy."""
-        idx = torch.as_tensor(np.asarray(indices, dtype=np.int64) if not isinstance(indices, torch.Tensor)
-                              else indices, dtype=torch.int64, device=self.labels.device)
+        idx = torch.as_tensor(
+            np.asarray(indices, dtype=np.int64) if not isinstance(indices, torch.Tensor) else indices,
+            dtype=torch.int64,
+            device=self.labels.device,
+        )
         if idx.ndim != 1:
             raise ValueError(f"indices must be 1-D, got shape {tuple(idx.shape)}")
         return ImageArrays(self.images[idx], self.labels[idx])
@@ -147,10 +164,24 @@ def load_dataset(name: str, data_root: str | None = None, download: bool = False
 # CIFAR
 
 _CIFAR = {
-    "cifar10": dict(folder="cifar-10-batches-py", train=[f"data_batch_{i}" for i in range(1, 6)], test=["test_batch"],
-                    meta="batches.meta", label_key="labels", names_key="label_names", tv_class="CIFAR10"),
-    "cifar100": dict(folder="cifar-100-python", train=["train"], test=["test"], meta="meta",
-                     label_key="fine_labels", names_key="fine_label_names", tv_class="CIFAR100"),
+    "cifar10": dict(
+        folder="cifar-10-batches-py",
+        train=[f"data_batch_{i}" for i in range(1, 6)],
+        test=["test_batch"],
+        meta="batches.meta",
+        label_key="labels",
+        names_key="label_names",
+        tv_class="CIFAR10",
+    ),
+    "cifar100": dict(
+        folder="cifar-100-python",
+        train=["train"],
+        test=["test"],
+        meta="meta",
+        label_key="fine_labels",
+        names_key="fine_label_names",
+        tv_class="CIFAR100",
+    ),
 }
 
 
@@ -183,12 +214,16 @@ def _read_pickle(path: str, name: str) -> dict:
         with open(path, "rb") as f:
             obj = pickle.load(f, encoding="latin1")
     except Exception as e:  # truncated, not a pickle, permission denied, ...
-        raise DatasetNotFoundError(f"dataset {name!r}: cannot read {path} ({type(e).__name__}: {e}). The file is "
-                                   f"unreadable or corrupt: delete its folder and rebuild it (download=True, or "
-                                   f"offline: python build_batches.py DEST)") from e
+        raise DatasetNotFoundError(
+            f"dataset {name!r}: cannot read {path} ({type(e).__name__}: {e}). The file is "
+            f"unreadable or corrupt: delete its folder and rebuild it (download=True, or "
+            f"offline: python build_batches.py DEST)"
+        ) from e
     if not isinstance(obj, dict):
-        raise DatasetNotFoundError(f"dataset {name!r}: {path} does not hold a CIFAR batch dict (got "
-                                   f"{type(obj).__name__}); delete its folder and rebuild it")
+        raise DatasetNotFoundError(
+            f"dataset {name!r}: {path} does not hold a CIFAR batch dict (got "
+            f"{type(obj).__name__}); delete its folder and rebuild it"
+        )
     return obj
 
 
@@ -203,8 +238,10 @@ def _decode_cifar_batches(folder: str, files: list[str], spec: dict, name: str) 
             if lab.shape[0] != data.shape[0]:
                 raise ValueError(f"{data.shape[0]} images but {lab.shape[0]} labels")
         except (KeyError, ValueError, TypeError) as e:
-            raise DatasetNotFoundError(f"dataset {name!r}: {path} is not a valid CIFAR batch ({type(e).__name__}: "
-                                       f"{e}); delete its folder and rebuild it") from e
+            raise DatasetNotFoundError(
+                f"dataset {name!r}: {path} is not a valid CIFAR batch ({type(e).__name__}: "
+                f"{e}); delete its folder and rebuild it"
+            ) from e
         images.append(data)
         labels.append(lab)
     return torch.from_numpy(np.ascontiguousarray(np.concatenate(images))), torch.from_numpy(np.concatenate(labels))
@@ -223,17 +260,26 @@ def _load_cifar(name: str, data_root: str, download: bool) -> DatasetSplits:
     folder = _find_complete(paths, files)
     if folder is None and download:
         import torchvision.datasets as tvd
+
         try:
             getattr(tvd, spec["tv_class"])(root=data_root, train=True, download=True)
         except Exception as e:
-            raise _not_found(name, paths, f"download with torchvision failed ({type(e).__name__}: {e})",
-                             f"check network access, or copy {spec['folder']}/ into data_root (offline CIFAR-10: "
-                             f"python build_batches.py {data_root})") from e
+            raise _not_found(
+                name,
+                paths,
+                f"download with torchvision failed ({type(e).__name__}: {e})",
+                f"check network access, or copy {spec['folder']}/ into data_root (offline CIFAR-10: "
+                f"python build_batches.py {data_root})",
+            ) from e
         folder = _find_complete(paths, files)
     if folder is None:
-        raise _not_found(name, paths, f"need {spec['folder']}/ with files {files}",
-                         f"set download=True to fetch it with torchvision, or point data_root (or $NVFLARE_MOON_DATA) at a folder containing "
-                         f"{spec['folder']}/ (offline CIFAR-10: python build_batches.py DEST)")
+        raise _not_found(
+            name,
+            paths,
+            f"need {spec['folder']}/ with files {files}",
+            f"set download=True to fetch it with torchvision, or point data_root (or $NVFLARE_MOON_DATA) at a folder containing "
+            f"{spec['folder']}/ (offline CIFAR-10: python build_batches.py DEST)",
+        )
     meta = _read_pickle(os.path.join(folder, spec["meta"]), name)
     train = _read_cifar_batches(folder, spec["train"], spec, name)
     test = _read_cifar_batches(folder, spec["test"], spec, name)
@@ -241,8 +287,10 @@ def _load_cifar(name: str, data_root: str, download: bool) -> DatasetSplits:
     for split, arrays in (("train", train), ("test", test)):
         lo, hi = int(arrays.labels.min()), int(arrays.labels.max())
         if lo < 0 or hi >= k:
-            raise DatasetNotFoundError(f"dataset {name!r}: {split} labels in {folder} span {lo}..{hi}, expected "
-                                       f"0..{k - 1}; the folder holds a different dataset")
+            raise DatasetNotFoundError(
+                f"dataset {name!r}: {split} labels in {folder} span {lo}..{hi}, expected "
+                f"0..{k - 1}; the folder holds a different dataset"
+            )
     return DatasetSplits(name, train, test, k, tuple(meta.get(spec["names_key"], ())))
 
 
@@ -266,8 +314,10 @@ def _decode_rgb(path: str, size: int) -> np.ndarray:
                 im = im.resize((size, size), Image.BILINEAR)
             return np.asarray(im, dtype=np.uint8)
     except Exception as e:
-        raise DatasetNotFoundError(f"cannot decode image {path} ({type(e).__name__}: {e}); the file is missing or "
-                                   f"corrupt: replace or remove it") from e
+        raise DatasetNotFoundError(
+            f"cannot decode image {path} ({type(e).__name__}: {e}); the file is missing or "
+            f"corrupt: replace or remove it"
+        ) from e
 
 
 def _decode_files(paths: list[str], size: int) -> torch.Tensor:
@@ -302,8 +352,10 @@ def _tiny_from_source(root: str) -> dict:
                 continue
             parts = line.split("\t") if "\t" in line else line.split()
             if len(parts) < 2 or parts[1].strip() not in class_to_idx:
-                raise DatasetNotFoundError(f"dataset 'tinyimagenet': {ann_path} line {line_no} is malformed or names "
-                                           f"a class not in train/: {line.strip()!r}")
+                raise DatasetNotFoundError(
+                    f"dataset 'tinyimagenet': {ann_path} line {line_no} is malformed or names "
+                    f"a class not in train/: {line.strip()!r}"
+                )
             test_paths.append(os.path.join(root, "val", "images", parts[0].strip()))
             test_labels.append(class_to_idx[parts[1].strip()])
     return {
@@ -350,15 +402,26 @@ def _load_tinyimagenet(data_root: str, download: bool) -> DatasetSplits:
             if obj is not None:
                 break
     if obj is None:
-        root = next((p for p in paths if os.path.isdir(os.path.join(p, "train"))
-                     and os.path.isfile(os.path.join(p, "val", "val_annotations.txt"))), None)
+        root = next(
+            (
+                p
+                for p in paths
+                if os.path.isdir(os.path.join(p, "train"))
+                and os.path.isfile(os.path.join(p, "val", "val_annotations.txt"))
+            ),
+            None,
+        )
         if root is None:
-            extra = " (download=True is not supported for Tiny-ImageNet: torchvision has no downloader)" \
-                if download else ""
-            raise _not_found("tinyimagenet", paths,
-                             f"need {_TINY_FOLDER}/ with train/<wnid>/images/ and val/val_annotations.txt{extra}",
-                             f"download http://cs231n.stanford.edu/tiny-imagenet-200.zip and unzip it into data_root, "
-                             f"or point data_root (or $NVFLARE_MOON_DATA) at a folder containing {_TINY_FOLDER}/")
+            extra = (
+                " (download=True is not supported for Tiny-ImageNet: torchvision has no downloader)" if download else ""
+            )
+            raise _not_found(
+                "tinyimagenet",
+                paths,
+                f"need {_TINY_FOLDER}/ with train/<wnid>/images/ and val/val_annotations.txt{extra}",
+                f"download http://cs231n.stanford.edu/tiny-imagenet-200.zip and unzip it into data_root, "
+                f"or point data_root (or $NVFLARE_MOON_DATA) at a folder containing {_TINY_FOLDER}/",
+            )
         try:
             obj = _tiny_from_source(root)
         except DatasetNotFoundError:
@@ -366,13 +429,18 @@ def _load_tinyimagenet(data_root: str, download: bool) -> DatasetSplits:
         except OSError as e:
             raise DatasetNotFoundError(f"dataset 'tinyimagenet': cannot read {root} ({type(e).__name__}: {e})") from e
         _write_atomic(obj, os.path.join(root, _TINY_CACHE))
-    return DatasetSplits("tinyimagenet", ImageArrays(obj["train_images"], obj["train_labels"]),
-                         ImageArrays(obj["test_images"], obj["test_labels"]), len(obj["classes"]),
-                         tuple(obj["classes"]))
+    return DatasetSplits(
+        "tinyimagenet",
+        ImageArrays(obj["train_images"], obj["train_labels"]),
+        ImageArrays(obj["test_images"], obj["test_labels"]),
+        len(obj["classes"]),
+        tuple(obj["classes"]),
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # a site's own data (ImageFolder layout)
+
 
 def load_image_folder(root: str, image_size: int = 32) -> tuple[ImageArrays, list[str]]:
     """Read ``root/<class>/<image>`` (torchvision ImageFolder layout and extensions) into uint8 arrays.
@@ -386,14 +454,17 @@ def load_image_folder(root: str, image_size: int = 32) -> tuple[ImageArrays, lis
         raise ValueError(f"image_size must be a positive int (pixels per side, e.g. 32), got {image_size!r}")
     root = os.fspath(root)
     if not os.path.isdir(root):
-        raise DatasetNotFoundError(f"image folder not found: {root}. Point root at a folder laid out as "
-                                   f"root/<class_name>/<image file>")
+        raise DatasetNotFoundError(
+            f"image folder not found: {root}. Point root at a folder laid out as root/<class_name>/<image file>"
+        )
     try:
         classes, class_to_idx = find_classes(root)
         samples = make_dataset(root, class_to_idx, extensions=IMG_EXTENSIONS)
     except FileNotFoundError as e:
-        raise DatasetNotFoundError(f"image folder {root} has no usable images ({e}); expected root/<class_name>/"
-                                   f"<image> with extensions {IMG_EXTENSIONS}") from e
+        raise DatasetNotFoundError(
+            f"image folder {root} has no usable images ({e}); expected root/<class_name>/"
+            f"<image> with extensions {IMG_EXTENSIONS}"
+        ) from e
     images = _decode_files([path for path, _ in samples], image_size)
     labels = torch.tensor([label for _, label in samples], dtype=torch.int64)
     return ImageArrays(images, labels), list(classes)
@@ -402,8 +473,10 @@ def load_image_folder(root: str, image_size: int = 32) -> tuple[ImageArrays, lis
 # --------------------------------------------------------------------------------------------------------------------
 # synthetic
 
-def make_synthetic(num_train: int = 600, num_test: int = 200, num_classes: int = 10, seed: int = 1234,
-                   noise_std: float = 48.0) -> DatasetSplits:
+
+def make_synthetic(
+    num_train: int = 600, num_test: int = 200, num_classes: int = 10, seed: int = 1234, noise_std: float = 48.0
+) -> DatasetSplits:
     """A deterministic, learnable image set (3x32x32 uint8) for tests and smoke runs; needs no files.
 
     Each class c has a smooth random template T_c (a 3x4x4 uniform(40, 215) grid upsampled bilinearly to 32x32).

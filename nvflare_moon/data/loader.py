@@ -4,6 +4,7 @@ No worker processes, no per-image Python objects: each batch is one index_select
 call. All randomness (shuffling and augmentation) comes from the loader's own ``torch.Generator``, seeded once at
 construction, so every epoch differs but a run is reproducible from ``seed``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -27,16 +28,27 @@ class TensorBatchLoader:
     - ``device``: if given, the uint8 data is copied there once and batches are transformed there.
     """
 
-    def __init__(self, arrays: ImageArrays, batch_size: int, transform: Callable, shuffle: bool, drop_last: bool,
-                 seed: int | None = None, device: str | torch.device | None = None):
+    def __init__(
+        self,
+        arrays: ImageArrays,
+        batch_size: int,
+        transform: Callable,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int | None = None,
+        device: str | torch.device | None = None,
+    ):
         if not isinstance(arrays, ImageArrays):
-            raise ValueError(f"arrays must be an ImageArrays (see load_dataset / site_train_arrays), got "
-                             f"{type(arrays).__name__}")
+            raise ValueError(
+                f"arrays must be an ImageArrays (see load_dataset / site_train_arrays), got {type(arrays).__name__}"
+            )
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int (e.g. 64), got {batch_size!r}")
         if not callable(transform):
-            raise ValueError(f"transform must be callable as transform(images_uint8, generator), e.g. "
-                             f"train_transform('cifar10'), got {transform!r}")
+            raise ValueError(
+                f"transform must be callable as transform(images_uint8, generator), e.g. "
+                f"train_transform('cifar10'), got {transform!r}"
+            )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an int or None, got {seed!r}")
         self.device = torch.device(device) if device is not None else arrays.images.device
@@ -52,8 +64,10 @@ class TensorBatchLoader:
         else:
             self.generator.manual_seed(seed)
         if self.drop_last and 0 < self.num_samples < batch_size:
-            warnings.warn(f"TensorBatchLoader: {self.num_samples} samples < batch_size={batch_size} with "
-                          f"drop_last=True gives 0 batches per epoch")
+            warnings.warn(
+                f"TensorBatchLoader: {self.num_samples} samples < batch_size={batch_size} with "
+                f"drop_last=True gives 0 batches per epoch"
+            )
 
     @property
     def num_samples(self) -> int:
@@ -71,8 +85,8 @@ class TensorBatchLoader:
             order = None
         for k in range(len(self)):
             if order is None:
-                xb, yb = self.images[k * b:(k + 1) * b], self.labels[k * b:(k + 1) * b]
+                xb, yb = self.images[k * b : (k + 1) * b], self.labels[k * b : (k + 1) * b]
             else:
-                idx = order[k * b:(k + 1) * b]
+                idx = order[k * b : (k + 1) * b]
                 xb, yb = self.images.index_select(0, idx), self.labels.index_select(0, idx)
             yield self.transform(xb, self.generator), yb

@@ -5,14 +5,21 @@ The Dirichlet split reproduces the MOON reference code (QinbinLi/MOON, ``partiti
 It uses numpy's legacy global RNG like the reference, but saves and restores that RNG's state, so callers are not
 affected.
 """
+
 from __future__ import annotations
 
 import re
 
 import numpy as np
 
-__all__ = ["dirichlet_partition", "iid_partition", "partition_indices", "proportional_test_split", "site_index",
-           "PARTITION_METHODS"]
+__all__ = [
+    "dirichlet_partition",
+    "iid_partition",
+    "partition_indices",
+    "proportional_test_split",
+    "site_index",
+    "PARTITION_METHODS",
+]
 
 PARTITION_METHODS = ("dirichlet", "iid")
 MAX_DIRICHLET_TRIES = 10_000  # the reference loops forever when min_size is unreachable; we stop with an error
@@ -29,14 +36,17 @@ def _check_labels(labels) -> np.ndarray:
     if y.ndim != 1 or y.size == 0:
         raise ValueError(f"labels must be a non-empty 1-D array of class indices, got shape {y.shape}")
     if not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(f"labels must hold integer class indices, got dtype {y.dtype}; convert with labels.astype(int)")
+        raise ValueError(
+            f"labels must hold integer class indices, got dtype {y.dtype}; convert with labels.astype(int)"
+        )
     if y.min() < 0:
         raise ValueError(f"labels must be non-negative class indices, found {int(y.min())}")
     return y
 
 
-def dirichlet_partition(labels: np.ndarray, num_parties: int, beta: float, seed: int,
-                        min_size: int = 10) -> list[np.ndarray]:
+def dirichlet_partition(
+    labels: np.ndarray, num_parties: int, beta: float, seed: int, min_size: int = 10
+) -> list[np.ndarray]:
     """Label-skewed split: each class is divided among parties with proportions p ~ Dir(beta * 1_N).
 
     Exactly the reference loop, with ``N_total = len(labels)`` and K = ``labels.max() + 1`` classes::
@@ -63,9 +73,11 @@ def dirichlet_partition(labels: np.ndarray, num_parties: int, beta: float, seed:
         raise ValueError(f"min_size must be a non-negative integer, got {min_size!r}")
     n_total = y.shape[0]
     if min_size * n_parties > n_total:
-        raise ValueError(f"min_size={min_size} samples for each of num_parties={n_parties} parties needs "
-                         f"{min_size * n_parties} samples but labels has only {n_total}; "
-                         f"lower min_size or num_parties")
+        raise ValueError(
+            f"min_size={min_size} samples for each of num_parties={n_parties} parties needs "
+            f"{min_size * n_parties} samples but labels has only {n_total}; "
+            f"lower min_size or num_parties"
+        )
     n_classes = int(y.max()) + 1
 
     saved_state = np.random.get_state()
@@ -76,17 +88,20 @@ def dirichlet_partition(labels: np.ndarray, num_parties: int, beta: float, seed:
         idx_batch: list[list[int]] = [[] for _ in range(n_parties)]
         while current_min < min_size:
             if tries == MAX_DIRICHLET_TRIES:
-                raise ValueError(f"no Dirichlet draw gave every one of num_parties={n_parties} parties min_size="
-                                 f"{min_size} samples in {tries} tries (beta={beta}); lower min_size or "
-                                 f"num_parties, or raise beta")
+                raise ValueError(
+                    f"no Dirichlet draw gave every one of num_parties={n_parties} parties min_size="
+                    f"{min_size} samples in {tries} tries (beta={beta}); lower min_size or "
+                    f"num_parties, or raise beta"
+                )
             tries += 1
             idx_batch = [[] for _ in range(n_parties)]
             for k in range(n_classes):
                 idx_k = np.where(y == k)[0]
                 np.random.shuffle(idx_k)
                 proportions = np.random.dirichlet(np.repeat(beta, n_parties))
-                proportions = np.array([p * (len(idx_j) < n_total / n_parties)
-                                        for p, idx_j in zip(proportions, idx_batch)])
+                proportions = np.array(
+                    [p * (len(idx_j) < n_total / n_parties) for p, idx_j in zip(proportions, idx_batch)]
+                )
                 proportions = proportions / proportions.sum()
                 cuts = (np.cumsum(proportions) * len(idx_k)).astype(int)[:-1]
                 idx_batch = [idx_j + idx.tolist() for idx_j, idx in zip(idx_batch, np.split(idx_k, cuts))]
@@ -114,8 +129,9 @@ def iid_partition(num_samples: int, num_parties: int, seed: int) -> list[np.ndar
     return [part.astype(np.int64) for part in np.array_split(idxs, n_parties)]
 
 
-def partition_indices(labels, num_parties: int, method: str = "dirichlet", beta: float = 0.5,
-                      seed: int = 0) -> list[np.ndarray]:
+def partition_indices(
+    labels, num_parties: int, method: str = "dirichlet", beta: float = 0.5, seed: int = 0
+) -> list[np.ndarray]:
     """Dispatch: ``method="dirichlet"`` -> :func:`dirichlet_partition` (uses ``beta``), ``"iid"`` ->
     :func:`iid_partition` (ignores ``beta``)."""
     if method == "dirichlet":
@@ -141,8 +157,10 @@ def site_index(site_name: str, num_sites: int) -> int:
         raise ValueError(f"site_name {site_name!r} has no numeric suffix; {expected}")
     k = int(match.group(1))
     if not 1 <= k <= n:
-        raise ValueError(f"site_name {site_name!r} is out of range for num_sites={n}; {expected}. "
-                         f"num_sites must match the simulator's -n (or the number of sites in the project)")
+        raise ValueError(
+            f"site_name {site_name!r} is out of range for num_sites={n}; {expected}. "
+            f"num_sites must match the simulator's -n (or the number of sites in the project)"
+        )
     return k - 1
 
 
@@ -163,8 +181,9 @@ def proportional_test_split(train_labels_per_site: list, test_labels, seed: int)
     if num_sites == 0:
         raise ValueError("train_labels_per_site must hold one label array per site, got none")
     num_classes = max([int(y.max()) + 1] + [int(np.max(s)) + 1 for s in train_labels_per_site if len(s)])
-    train_counts = np.stack([np.bincount(np.asarray(s, dtype=np.int64), minlength=num_classes)
-                             for s in train_labels_per_site])  # [sites, classes]
+    train_counts = np.stack(
+        [np.bincount(np.asarray(s, dtype=np.int64), minlength=num_classes) for s in train_labels_per_site]
+    )  # [sites, classes]
     rng = np.random.default_rng(seed)
     pieces: list[list[np.ndarray]] = [[] for _ in range(num_sites)]
     for k in range(num_classes):
@@ -183,8 +202,10 @@ def check_site_shards(site_names, num_sites: int) -> None:
     ``num_sites`` shards of the partition (:func:`site_index` maps each site to its shard)."""
     n = _check_positive_int(num_sites, "num_sites", "it must equal the simulator's -n (number of clients)")
     sites = sorted(site_names)
-    fix = (f"run exactly {n} sites named site-1 ... site-{n} (the simulator's -n {n}, or -c with names ending in "
-           f"-1 ... -{n}), or set num_sites to the number of sites")
+    fix = (
+        f"run exactly {n} sites named site-1 ... site-{n} (the simulator's -n {n}, or -c with names ending in "
+        f"-1 ... -{n}), or set num_sites to the number of sites"
+    )
     shard_of = {}
     for site in sites:
         try:
@@ -197,9 +218,12 @@ def check_site_shards(site_names, num_sites: int) -> None:
     shared = {k: v for k, v in sorted(by_shard.items()) if len(v) > 1}
     if shared:
         listed = "; ".join(f"{' and '.join(v)} take shard {k}" for k, v in shared.items())
-        raise ValueError(f"sites train the same data: {listed} (a site's shard is the number at the end of its "
-                         f"name); {fix}")
+        raise ValueError(
+            f"sites train the same data: {listed} (a site's shard is the number at the end of its name); {fix}"
+        )
     missing = sorted(set(range(1, n + 1)) - set(by_shard))
     if missing:
-        raise ValueError(f"the data is split over num_sites={n} sites but only {len(sites)} take part "
-                         f"({', '.join(sites)}): shard(s) {missing} would never be trained; {fix}")
+        raise ValueError(
+            f"the data is split over num_sites={n} sites but only {len(sites)} take part "
+            f"({', '.join(sites)}): shard(s) {missing} would never be trained; {fix}"
+        )

@@ -18,6 +18,7 @@ Per dataset (``train_transform(name)``; ``test_transform(name)`` only normalises
   std (0.26733, 0.25644, 0.27615) (the reference code's values).
 - tinyimagenet: no augmentation; mean 0.5, std 0.5.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,10 @@ __all__ = ["BatchTransform", "train_transform", "test_transform", "NORMALIZATION
 
 NORMALIZATION = {
     "cifar10": ((125.3 / 255, 123.0 / 255, 113.9 / 255), (63.0 / 255, 62.1 / 255, 66.7 / 255)),
-    "cifar100": ((0.5070751592371323, 0.48654887331495095, 0.4409178433670343),
-                 (0.2673342858792401, 0.2564384629170883, 0.27615047132568404)),
+    "cifar100": (
+        (0.5070751592371323, 0.48654887331495095, 0.4409178433670343),
+        (0.2673342858792401, 0.2564384629170883, 0.27615047132568404),
+    ),
     "tinyimagenet": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
 }
 NORMALIZATION["synthetic"] = NORMALIZATION["cifar10"]
@@ -87,7 +90,7 @@ class BatchTransform:
             if p >= h or p >= w:
                 raise ValueError(f"reflect padding {p} needs images larger than {p} pixels, got {h}x{w}")
             source, hs, ws = images, h, w
-            row_map = _reflect_table(h, p, dev)    # padded row -> source row
+            row_map = _reflect_table(h, p, dev)  # padded row -> source row
             col_map = _reflect_table(w, p, dev)
         else:
             source = F.pad(images, (p, p, p, p), mode="constant", value=0) if p > 0 else images
@@ -98,9 +101,9 @@ class BatchTransform:
         flips = flips.to(dev, torch.bool)
         ar_h = torch.arange(h, device=dev)
         ar_w = torch.arange(w, device=dev)
-        rows = row_map[offsets[:, 0:1] + ar_h]                                          # [B, H]
+        rows = row_map[offsets[:, 0:1] + ar_h]  # [B, H]
         cols = col_map[torch.where(flips[:, None], ar_w.flip(0), ar_w) + offsets[:, 1:2]]  # [B, W]
-        lin = (rows[:, :, None] * ws + cols[:, None, :]).reshape(b, 1, h * w)            # [B, 1, H*W]
+        lin = (rows[:, :, None] * ws + cols[:, None, :]).reshape(b, 1, h * w)  # [B, 1, H*W]
         out = torch.gather(source.reshape(b, c, hs * ws), 2, lin.expand(b, c, h * w))
         return out.reshape(b, c, h, w)
 
@@ -150,8 +153,9 @@ class BatchTransform:
             angles = torch.zeros(b, dtype=torch.float32, device=gdev)
         return offsets, flips, angles
 
-    def apply(self, images: torch.Tensor, offsets: torch.Tensor, flips: torch.Tensor,
-              angles: torch.Tensor) -> torch.Tensor:
+    def apply(
+        self, images: torch.Tensor, offsets: torch.Tensor, flips: torch.Tensor, angles: torch.Tensor
+    ) -> torch.Tensor:
         """The deterministic part: crop+flip, rotate, normalise with the given parameters."""
         x = images
         if self.pad > 0 or self.flip:
@@ -162,8 +166,10 @@ class BatchTransform:
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.dtype != torch.uint8:
-            raise ValueError("images must be a uint8 tensor [B, C, H, W], got "
-                             f"{getattr(images, 'dtype', type(images))} {tuple(getattr(images, 'shape', ()))}")
+            raise ValueError(
+                "images must be a uint8 tensor [B, C, H, W], got "
+                f"{getattr(images, 'dtype', type(images))} {tuple(getattr(images, 'shape', ()))}"
+            )
         if not self.is_random:
             return self.normalize(images)
         params = self.sample_params(images.shape[0], generator)

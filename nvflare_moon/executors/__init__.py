@@ -8,5 +8,10 @@ from .moon import MoonExecutor
 from .scaffold import ScaffoldExecutor
 
 __all__ = [
-    "FedAvgExecutor", "MoonExecutor", "FedProxExecutor", "ScaffoldExecutor", "FedSSCExecutor", "FedSiamDAExecutor",
+    "FedAvgExecutor",
+    "MoonExecutor",
+    "FedProxExecutor",
+    "ScaffoldExecutor",
+    "FedSSCExecutor",
+    "FedSiamDAExecutor",
 ]

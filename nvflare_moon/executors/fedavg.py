@@ -41,9 +41,15 @@ from ..core.state import SiteStateStore, StateUnusable, tensor_signature
 from ..core.training import evaluate, frozen_copy, sgd, train_local
 from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
 from ..data import (
-    DATASETS, PARTITION_METHODS, TensorBatchLoader, load_dataset, site_test_arrays, site_train_arrays, test_transform,
+    DATASETS,
+    PARTITION_METHODS,
+    TensorBatchLoader,
+    load_dataset,
+    site_test_arrays,
+    site_train_arrays,
+    test_transform,
     train_transform,
-)  # fmt: skip
+)
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
 from ..simulator_sites import check_site_identity
@@ -97,9 +103,17 @@ class FedAvgExecutor(Executor):
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
     _always_serialize_args = (
-        "dataset", "num_sites", "partition", "beta", "seed", "local_epochs", "batch_size", "lr", "momentum",
+        "dataset",
+        "num_sites",
+        "partition",
+        "beta",
+        "seed",
+        "local_epochs",
+        "batch_size",
+        "lr",
+        "momentum",
         "weight_decay",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -242,11 +256,18 @@ class FedAvgExecutor(Executor):
         if isinstance(self.dataset, str):
             on_gpu = self._torch_device if self._torch_device.type == "cuda" else None
             return TensorBatchLoader(
-                self._train_data, self.batch_size, train_transform(self.dataset), shuffle=True, drop_last=True,
-                seed=seed, device=on_gpu,
-            )  # fmt: skip
+                self._train_data,
+                self.batch_size,
+                train_transform(self.dataset),
+                shuffle=True,
+                drop_last=True,
+                seed=seed,
+                device=on_gpu,
+            )
         generator = torch.Generator().manual_seed(seed)
-        return DataLoader(self._train_data, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=generator)
+        return DataLoader(
+            self._train_data, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=generator
+        )
 
     # ---- local test data ---------------------------------------------------------------------------------------
 
@@ -269,9 +290,14 @@ class FedAvgExecutor(Executor):
             else:
                 on_gpu = self._torch_device if self._torch_device.type == "cuda" else None
                 self._local_test = TensorBatchLoader(
-                    data, EVAL_BATCH_SIZE, test_transform(self.dataset), shuffle=False, drop_last=False, seed=0,
+                    data,
+                    EVAL_BATCH_SIZE,
+                    test_transform(self.dataset),
+                    shuffle=False,
+                    drop_last=False,
+                    seed=0,
                     device=on_gpu,
-                )  # fmt: skip
+                )
             if self._local_test is not None:
                 self.log_info(fl_ctx, f"{site}: {len(data)} local test samples")
             self._local_test_ready = True
@@ -342,8 +368,7 @@ class FedAvgExecutor(Executor):
         self.log_info(
             fl_ctx,
             f"{site}: round {round_number} trained {result.steps} steps in {seconds:.1f} s "
-            f"({result.steps * self.batch_size / seconds:.0f} img/s); "
-            + _format(metrics),
+            f"({result.steps * self.batch_size / seconds:.0f} img/s); " + _format(metrics),
         )
         self._stream_metrics(metrics, round_number, fl_ctx)
         params = state_dict_to_numpy(self._net)
@@ -356,7 +381,8 @@ class FedAvgExecutor(Executor):
             params_type=ParamsType.DIFF if self.send_weight_diff else ParamsType.FULL,
             metrics=metrics,
             meta={
-                "num_samples": self._num_samples, FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples,
+                "num_samples": self._num_samples,
+                FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples,
                 **self.extra_meta(),
             },
         )

@@ -45,8 +45,11 @@ class FedSSCExecutor(MoonExecutor):
 
     STATE_NAME = "fedssc_state"
     _always_serialize_args = MoonExecutor._always_serialize_args + (
-        "mu_glob", "min_class_count", "prototype_clip_norm", "prototype_noise_std",
-    )  # fmt: skip
+        "mu_glob",
+        "min_class_count",
+        "prototype_clip_norm",
+        "prototype_noise_std",
+    )
 
     def __init__(
         self,
@@ -97,9 +100,13 @@ class FedSSCExecutor(MoonExecutor):
         if self._shared is not None:
             prototypes, available = (torch.as_tensor(a, device=self._torch_device) for a in self._shared)
         self._objective = FedSSCObjective(
-            super().make_objective(round_number, fl_ctx), prototypes, available, self.mu_glob, self.temperature,
+            super().make_objective(round_number, fl_ctx),
+            prototypes,
+            available,
+            self.mu_glob,
+            self.temperature,
             self.model.l3.out_features,
-        )  # fmt: skip
+        )
         return self._objective
 
     def before_epoch(self, epoch: int) -> None:

@@ -11,8 +11,11 @@ from nvflare.apis.fl_context import FLContext
 
 from ..core.feature_noise import FeatureNoise
 from ..core.objectives import (
-    CrossEntropyObjective, LightHistoryMoonObjective, MoonObjective, RepresentationL2Objective,
-)  # fmt: skip
+    CrossEntropyObjective,
+    LightHistoryMoonObjective,
+    MoonObjective,
+    RepresentationL2Objective,
+)
 from ..core.schedules import check_mu_schedule, describe_mu_schedule, scheduled_mu
 from ..core.training import frozen_copy
 from ..models import ProjectionHead, ProjectionModel
@@ -50,10 +53,18 @@ class MoonExecutor(PreviousUploadsExecutor):
     _always_serialize_args = FedAvgExecutor._always_serialize_args + ("mu", "temperature", "num_previous_models")
 
     def __init__(
-        self, *args, mu: float = 5.0, temperature: float = 0.5, num_previous_models: int = 1,
-        representation_loss: str = "contrastive", mu_off_rounds: int = 0, mu_ramp_rounds: int = 0,
-        feature_noise_std: float = 0.0, light_history: bool = False, **kwargs,
-    ):  # fmt: skip
+        self,
+        *args,
+        mu: float = 5.0,
+        temperature: float = 0.5,
+        num_previous_models: int = 1,
+        representation_loss: str = "contrastive",
+        mu_off_rounds: int = 0,
+        mu_ramp_rounds: int = 0,
+        feature_noise_std: float = 0.0,
+        light_history: bool = False,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         check_choice("representation_loss", representation_loss, REPRESENTATION_LOSSES)
         check_mu_schedule(mu, mu_off_rounds, mu_ramp_rounds)

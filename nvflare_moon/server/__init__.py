@@ -17,9 +17,17 @@ from .scaffold import ScaffoldAggregator
 from .settings import SettingsFedAvg, TrainTaskSettings
 
 __all__ = [
-    "WeightedFedAvgAggregator", "GlobalModelEvaluator", "SampledFedAvg", "ScaffoldAggregator",
-    "PrototypeSharingAggregator", "DualAggregator", "SettingsFedAvg", "ShardCoverageCheck", "RunOutcomeCheck",
-    "SiteMetricsRecorder", "TrainTaskSettings",
+    "WeightedFedAvgAggregator",
+    "GlobalModelEvaluator",
+    "SampledFedAvg",
+    "ScaffoldAggregator",
+    "PrototypeSharingAggregator",
+    "DualAggregator",
+    "SettingsFedAvg",
+    "ShardCoverageCheck",
+    "RunOutcomeCheck",
+    "SiteMetricsRecorder",
+    "TrainTaskSettings",
 ]
 
 keep_simulator_site_names_apart()

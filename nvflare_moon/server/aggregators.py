@@ -117,4 +117,3 @@ class WeightedFedAvgAggregator(ModelAggregator):
 
     def _round(self):
         return self.fl_ctx.get_prop(AppConstants.CURRENT_ROUND) if self.fl_ctx else None
-

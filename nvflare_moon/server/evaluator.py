@@ -257,9 +257,10 @@ class SiteMetricsRecorder(GlobalModelEvaluator):
         site_metrics = {s: self._site_figures[s][1] for s in sites}
         self._site_figures = {}
         return FLModel(
-            params={}, metrics=weighted_metric_means(site_metrics, weights),
+            params={},
+            metrics=weighted_metric_means(site_metrics, weights),
             meta={"site_metrics": site_metrics, "site_weights": weights},
-        )  # fmt: skip
+        )
 
 
 def _to_builtin(value):

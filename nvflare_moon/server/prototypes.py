@@ -39,13 +39,22 @@ class PrototypeSharingAggregator(WeightedFedAvgAggregator):
     """
 
     _always_serialize_args = (
-        "num_classes", "prototype_dim", "min_class_count", "seed", "exclude_own_prototype",
-    )  # fmt: skip
+        "num_classes",
+        "prototype_dim",
+        "min_class_count",
+        "seed",
+        "exclude_own_prototype",
+    )
 
     def __init__(
-        self, num_classes: int, prototype_dim: int = 256, min_class_count: int = 10, seed: int = 0,
-        exclude_own_prototype: bool = False, allow_partial_updates: bool = False,
-    ):  # fmt: skip
+        self,
+        num_classes: int,
+        prototype_dim: int = 256,
+        min_class_count: int = 10,
+        seed: int = 0,
+        exclude_own_prototype: bool = False,
+        allow_partial_updates: bool = False,
+    ):
         super().__init__(allow_partial_updates=allow_partial_updates)
         check_number("num_classes", num_classes, low=1, integer=True)
         check_number("prototype_dim", prototype_dim, low=1, integer=True)
@@ -80,9 +89,13 @@ class PrototypeSharingAggregator(WeightedFedAvgAggregator):
         round_number = int(self._round() or 0)
         result = super().aggregate_model()
         shared = select_prototypes(
-            uploads, self.num_classes, self.prototype_dim, self.min_class_count,
-            np.random.default_rng([self.seed, round_number]), self.exclude_own_prototype,
-        )  # fmt: skip
+            uploads,
+            self.num_classes,
+            self.prototype_dim,
+            self.min_class_count,
+            np.random.default_rng([self.seed, round_number]),
+            self.exclude_own_prototype,
+        )
         result.meta.update(shared.meta())
         result.meta[PROTOTYPE_CLASSES] = {
             site: sum(source == site for source in shared.sources.values()) for site in result.meta["site_weights"]

@@ -29,9 +29,13 @@ class SettingsFedAvg(FedAvg):
         if data is not None:
             data.meta = {**(data.meta or {}), **self.client_settings}
         super().send_model(
-            task_name=task_name, data=data, targets=targets, min_responses=min_responses, timeout=timeout,
+            task_name=task_name,
+            data=data,
+            targets=targets,
+            min_responses=min_responses,
+            timeout=timeout,
             callback=callback,
-        )  # fmt: skip
+        )
 
 
 class TrainTaskSettings(FLComponent):

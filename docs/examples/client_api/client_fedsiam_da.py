@@ -50,9 +50,12 @@ def main():
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
         siam.start_round(input_model, optimizer)  # FedSiam-DA: μ from the meta; working global copy; history model
         loader = DataLoader(
-            train_set, batch_size=args.batch_size, shuffle=True, drop_last=True,
+            train_set,
+            batch_size=args.batch_size,
+            shuffle=True,
+            drop_last=True,
             generator=round_generator(args.seed, site, round_number),
-        )  # fmt: skip
+        )
         model.train()
         for epoch in range(args.epochs):
             siam.start_epoch(epoch)  # FedSiam-DA: the previous epoch's model becomes the history model

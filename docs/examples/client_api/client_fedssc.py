@@ -50,9 +50,12 @@ def main():
         fedssc.start_round(input_model)  # FedSSC: settings and shared prototypes from the meta; previous model
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
         loader = DataLoader(
-            train_set, batch_size=args.batch_size, shuffle=True, drop_last=True,
+            train_set,
+            batch_size=args.batch_size,
+            shuffle=True,
+            drop_last=True,
             generator=round_generator(args.seed, site, round_number),
-        )  # fmt: skip
+        )
         model.train()
         for epoch in range(args.epochs):
             if epoch == args.epochs - 1:
@@ -70,7 +73,8 @@ def main():
         print(f"{site}: round {round_number}: mean FedSSC terms {fedssc.mean_terms()}")
         flare.send(
             flare.FLModel(
-                params=model.cpu().state_dict(), metrics={"accuracy": accuracy},
+                params=model.cpu().state_dict(),
+                metrics={"accuracy": accuracy},
                 meta=fedssc.upload_meta(len(train_set)),  # FedSSC: num_samples and the class means
             )
         )

@@ -50,9 +50,12 @@ def main():
         moon.start_round(input_model)  # MOON: μ, τ from the meta; frozen global model; previous local model
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
         loader = DataLoader(
-            train_set, batch_size=args.batch_size, shuffle=True, drop_last=True,
+            train_set,
+            batch_size=args.batch_size,
+            shuffle=True,
+            drop_last=True,
             generator=round_generator(args.seed, site, round_number),
-        )  # fmt: skip
+        )
         model.train()
         for epoch in range(args.epochs):
             for images, labels in loader:

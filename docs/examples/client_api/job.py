@@ -49,19 +49,34 @@ def main():
     )
     if args.method == "moon":
         recipe = MoonScriptRecipe(
-            name="moon_client_api", model=Net(), train_script=os.path.join(HERE, "client_moon.py"), mu=5.0,
-            temperature=0.5, **common,
-        )  # fmt: skip
+            name="moon_client_api",
+            model=Net(),
+            train_script=os.path.join(HERE, "client_moon.py"),
+            mu=5.0,
+            temperature=0.5,
+            **common,
+        )
     elif args.method == "fedssc":
         recipe = FedSSCScriptRecipe(
-            name="fedssc_client_api", model=Net(), train_script=os.path.join(HERE, "client_fedssc.py"),
-            num_classes=10, prototype_dim=84, mu_moon=5.0, mu_glob=1.0, min_class_count=2, seed=args.seed, **common,
-        )  # fmt: skip
+            name="fedssc_client_api",
+            model=Net(),
+            train_script=os.path.join(HERE, "client_fedssc.py"),
+            num_classes=10,
+            prototype_dim=84,
+            mu_moon=5.0,
+            mu_glob=1.0,
+            min_class_count=2,
+            seed=args.seed,
+            **common,
+        )
     elif args.method == "fedsiam_da":
         recipe = FedSiamDAScriptRecipe(
-            name="fedsiam_da_client_api", model=Net(with_predictor=True),
-            train_script=os.path.join(HERE, "client_fedsiam_da.py"), mu=1.0, **common,
-        )  # fmt: skip
+            name="fedsiam_da_client_api",
+            model=Net(with_predictor=True),
+            train_script=os.path.join(HERE, "client_fedsiam_da.py"),
+            mu=1.0,
+            **common,
+        )
     else:
         recipe = FedAvgRecipe(
             name="fedavg_client_api", model=Net(), train_script=os.path.join(HERE, "client.py"), **common

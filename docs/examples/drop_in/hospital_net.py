@@ -13,10 +13,16 @@ class TinyBackbone(nn.Module):
     def __init__(self, feat_dim: int = 64):
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(), nn.Linear(32, feat_dim), nn.ReLU(),
-        )  # fmt: skip
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(32, feat_dim),
+            nn.ReLU(),
+        )
 
     def forward(self, x):
         return self.layers(x)

@@ -1,7 +1,7 @@
 """Drop MOON into an NVFlare job built with the Job API, with your own network and data.
 
-    python job.py --train-root /data/site_images --test-root /data/test_images --export-to /tmp/jobs
-    nvflare simulator /tmp/jobs/hospital_moon -n 2 -t 2
+python job.py --train-root /data/site_images --test-root /data/test_images --export-to /tmp/jobs
+nvflare simulator /tmp/jobs/hospital_moon -n 2 -t 2
 """
 
 import argparse

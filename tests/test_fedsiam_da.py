@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from nvflare_moon.core.aggregation import weighted_average
 from nvflare_moon.core.dual_aggregation import dual_aggregate, float_vector, vector_keys
 from nvflare_moon.executors import FedSiamDAExecutor
 from nvflare_moon.core.losses import simsiam_distance
@@ -275,6 +276,18 @@ def test_dual_aggregation_matches_a_hand_computation():
     assert result.params["a"].dtype == np.float32
     assert result.params["n"] == 50 and result.params["n"].dtype == np.int64  # from w_f0, not Σ ξ_k n_k ≈ 51.5
     assert not result.clamped.any()
+
+
+def test_cosines_of_large_models_agree_with_blas_to_rounding():
+    """The server's cosines are summed by numpy, not BLAS (a BLAS call in the forked simulator server can hang); on a
+    model-sized vector they must equal the BLAS value to float64 rounding."""
+    rng = np.random.default_rng(0)
+    models = [{"w": rng.normal(size=300_000).astype(np.float32)} for _ in range(3)]
+    result = dual_aggregate(models, np.full(3, 1 / 3))
+    mean = weighted_average(models, np.full(3, 1 / 3))["w"].astype(np.float64)  # w_f0
+    for model, cosine in zip(models, result.cosines):
+        w = model["w"].astype(np.float64)
+        assert cosine == pytest.approx(float(w @ mean / (np.linalg.norm(w) * np.linalg.norm(mean))), rel=1e-12)
 
 
 def test_non_positive_cosines_are_clamped_to_epsilon():

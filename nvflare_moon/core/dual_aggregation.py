@@ -77,5 +77,13 @@ def _is_float(value) -> bool:
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    norms = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a @ b / norms) if norms > 0 else float("nan")
+    norms = np.sqrt(_dot(a, a) * _dot(b, b))
+    return _dot(a, b) / norms if norms > 0 else float("nan")
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ a_i·b_i by numpy's own (pairwise) summation, not BLAS. NVFlare's simulator forks its server from a process
+    whose OpenBLAS threads already ran, and a multithreaded BLAS call in the forked server can wait for ever: the
+    FedSiam-DA server hung in ``np.linalg.norm`` (OpenBLAS ``exec_blas``) after aggregating round 0 on a loaded
+    machine, and the job never ended."""
+    return float(np.add.reduce(a * b))

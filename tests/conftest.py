@@ -149,3 +149,17 @@ def private_temp_dir(tmp_path_factory):
     tempfile.tempdir = str(folder)
     yield folder
     tempfile.tempdir = saved
+
+
+# pytest-xdist (``--dist loadscope``, pyproject.toml) hands whole modules to its workers in collection order: the
+# longest modules go first, so that none of them starts last and runs alone while the other workers idle.
+LONGEST_MODULES = (
+    "test_simulator_resume.py",
+    "test_client_api_e2e.py",
+    "test_evaluation.py",
+    "test_privacy_bandwidth.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in LONGEST_MODULES)  # stable: the rest keep their order

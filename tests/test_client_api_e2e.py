@@ -1,10 +1,10 @@
-"""The Client API helpers in NVFlare's real simulator: in-process and as an external process, each with ``-t 1 -n 3``
-(a new script process for every task) and ``-t 3 -n 3`` (one per site), MOON through PTMoonHelper on tiny data.
+"""The Client API helpers in NVFlare's real simulator: in-process and as an external process, each with ``-t 1 -n 2``
+(a new script process for every task) and ``-t 2 -n 2`` (one per site), MOON through PTMoonHelper on tiny data.
 
 Checked in every run: the previous model site k uses in round r is the model it sent in round r−1 (hashes), the
 contrastive term from round 1 on is neither 0 nor ln 2 (what a missing or a global-as-previous model would give), the
-PIDs change per task with ``-t 1`` and not with ``-t 3``; and the final global model is the same for ``-t 1`` and
-``-t 3``. The example's ``job.py`` runs FedSSC and FedSiam-DA with a restart per task: prototypes come back through
+PIDs change per task with ``-t 1`` and not with ``-t 2``; and the final global model is the same for ``-t 1`` and
+``-t 2``. The example's ``job.py`` runs FedSSC and FedSiam-DA with a restart per task: prototypes come back through
 the meta and the history model survives the restart.
 """
 
@@ -36,7 +36,7 @@ def script_module():
     return module
 
 
-ROUNDS, SITES = 3, 3
+ROUNDS, SITES = 3, 2
 
 
 def run_moon(root: Path, threads: int, external: bool):

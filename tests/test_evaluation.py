@@ -2,8 +2,8 @@
 evaluation (``validate``/``submit_model``), the spread across sites and the best global model.
 
 The end-to-end runs use NVFlare's real simulator with ``add_cross_site_evaluation``: FedAvg with every client process
-kept (-t 3), its key metric the sites' mean local accuracy (no server evaluation); MOON with a new process per task
-(-t 1), so that ``submit_model`` must read the local model from the persisted state.
+kept (-n 3 -t 3), its key metric the sites' mean local accuracy (no server evaluation); MOON with a new process per
+task (-n 2 -t 1), so that ``submit_model`` must read the local model from the persisted state.
 """
 
 import json
@@ -46,7 +46,7 @@ from nvflare_moon.recipes import (
 
 from .conftest import TINY_TRAINING, export_and_run
 
-SITES = ["site-1", "site-2", "site-3"]
+SITES = {3: ["site-1", "site-2", "site-3"], 1: ["site-1", "site-2"]}  # of the run with -t 3 and -t 1
 SERVER_MODELS = ["SRV_FL_global_model.pt", "SRV_best_FL_global_model.pt"]
 
 
@@ -177,16 +177,16 @@ def test_bad_early_stopping_settings_are_refused_by_name():
 # ---- end to end ------------------------------------------------------------------------------------------------------
 
 
-def local_test_batches(site: str):
+def local_test_batches(site: str, num_sites: int):
     return TensorBatchLoader(
-        site_test_arrays(load_dataset("synthetic"), site, len(SITES)), 500, test_transform("synthetic"), False, False
+        site_test_arrays(load_dataset("synthetic"), site, num_sites), 500, test_transform("synthetic"), False, False
     )
 
 
-def local_accuracy(state: dict, site: str) -> float:
+def local_accuracy(state: dict, site: str, num_sites: int) -> float:
     net = Network(num_classes=10, out_dim=256, seed=0)
     load_numpy_state(net, state)
-    return evaluate(net, local_test_batches(site), torch.device("cpu"))["accuracy"]
+    return evaluate(net, local_test_batches(site, num_sites), torch.device("cpu"))["accuracy"]
 
 
 def saved_global(run, name: str) -> dict:
@@ -210,10 +210,10 @@ def run_t3(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run_t1(tmp_path_factory):
-    """MOON, a new client process for every task (about 30 of them)."""
-    recipe = MoonRecipe(name="moon_eval", min_clients=3, num_rounds=2, **TINY_TRAINING)
+    """MOON, a new client process for every task (14 of them)."""
+    recipe = MoonRecipe(name="moon_eval", min_clients=2, num_rounds=2, **TINY_TRAINING)
     add_cross_site_evaluation(recipe)
-    return export_and_run(recipe, tmp_path_factory.mktemp("evaluation_t1"), n=3, t=1, timeout=1800)
+    return export_and_run(recipe, tmp_path_factory.mktemp("evaluation_t1"), n=2, t=1, timeout=1800)
 
 
 @pytest.fixture
@@ -240,14 +240,15 @@ def test_cross_site_evaluation_has_every_site_and_the_persisted_models(runs, t):
     run = runs[t]
     assert run.returncode == 0, run.output[-3000:]
     results = cross_val_results(run)
-    assert sorted(results) == SITES
+    sites = SITES[t]
+    assert sorted(results) == sites
     final_round = run.global_metrics()[-1]
-    for validator in SITES:
-        assert sorted(results[validator]) == sorted(SERVER_MODELS + SITES)
-        for owner in SITES:  # every site's last local model, evaluated again on the validator's local test data
-            expected = local_accuracy(last_local_model(run, owner, t), validator)
+    for validator in sites:
+        assert sorted(results[validator]) == sorted(SERVER_MODELS + sites)
+        for owner in sites:  # every site's last local model, evaluated again on the validator's local test data
+            expected = local_accuracy(last_local_model(run, owner, t), validator, len(sites))
             assert results[validator][owner]["accuracy"] == pytest.approx(expected, abs=1e-12)
-        expected = local_accuracy(saved_global(run, "FL_global_model.pt"), validator)
+        expected = local_accuracy(saved_global(run, "FL_global_model.pt"), validator, len(sites))
         assert results[validator]["SRV_FL_global_model.pt"]["accuracy"] == pytest.approx(expected, abs=1e-12)
         # the personalised figure of the last round is the submitted model on the site's own data
         reported = final_round["site_metrics"][validator]["local_model_accuracy"]
@@ -260,11 +261,11 @@ def test_rounds_record_the_local_figures_and_their_spread(runs, t):
     records = runs[t].global_metrics()
     for record in records:
         per_site, weights = record["site_metrics"], record["site_weights"]
-        assert sorted(per_site) == SITES
+        assert sorted(per_site) == SITES[t]
         for name in ("accuracy", "local_model_accuracy"):
-            values = [per_site[s][name] for s in SITES]
+            values = [per_site[s][name] for s in SITES[t]]
             spread = record["spread"][name]
-            assert spread["mean"] == pytest.approx(sum(weights[s] * per_site[s][name] for s in SITES))
+            assert spread["mean"] == pytest.approx(sum(weights[s] * per_site[s][name] for s in SITES[t]))
             assert (spread["worst"], spread["best"]) == (min(values), max(values))
             assert spread["std"] == pytest.approx(np.std(values))
     assert ("test_accuracy" in records[0]) == (t == 1)  # the FedAvg job runs without server evaluation
@@ -284,9 +285,9 @@ def test_best_model_is_the_global_model_the_sites_rated_best(runs):
         "round": best - 1,
     }
     best_model = saved_global(runs[3], "best_FL_global_model.pt")
-    for site in SITES:
+    for site in SITES[3]:
         reported = records[best]["site_metrics"][site]["accuracy"]
-        assert local_accuracy(best_model, site) == pytest.approx(reported, abs=1e-12)
+        assert local_accuracy(best_model, site, 3) == pytest.approx(reported, abs=1e-12)
 
 
 @pytest.mark.e2e
@@ -294,7 +295,7 @@ def test_site_figures_reach_nvflares_experiment_tracking(runs):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     records = runs[3].global_metrics()
-    for site in SITES:  # written by NVFlare's TBAnalyticsReceiver from the sites' forwarded analytics events
+    for site in SITES[3]:  # written by NVFlare's TBAnalyticsReceiver from the sites' forwarded analytics events
         events = EventAccumulator(str(runs[3].server_dir() / "tb_events" / site))
         events.Reload()
         for name in ("accuracy", "local_model_accuracy"):

@@ -1,29 +1,16 @@
 """The plain script (client.py) turned into FedSSC with PTFedSSCHelper: the lines marked `# FedSSC`."""
 
-import argparse
-
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
 import nvflare.client as flare
-from net import Net, evaluate, load_data, round_generator
+from net import Net, evaluate, load_data, parse_script_args, round_generator
 from nvflare_moon.client import PTFedSSCHelper
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])
-    parser.add_argument("--data_root", default="/tmp/nvflare/data")
-    parser.add_argument("--num_sites", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse_script_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     flare.init()

@@ -5,6 +5,7 @@ FedSSC contrast; ``forward`` is ``classifier(features(x))``. ``with_predictor=Tr
 FedSiam-DA needs (84 → 32 → 84).
 """
 
+import argparse
 import zlib
 
 import torch
@@ -34,6 +35,23 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.classifier(self.features(x))
+
+
+def parse_script_args() -> argparse.Namespace:
+    """The settings every script of this example takes (``job.py`` passes them as ``train_args``)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])
+    parser.add_argument("--data_root", default="/tmp/nvflare/data")
+    parser.add_argument("--num_sites", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args
 
 
 def load_data(dataset: str, site: str, data_root: str, num_sites: int):

@@ -6,9 +6,15 @@ It exports ``jobs/moon_cifar10`` with 2 local epochs and 3 rounds, runs ``nvflar
 The pure training time is the same work (every site, every round, same batches) done in this one process with the
 same number of threads in total, sequentially: what the job would cost without NVFlare, process starts, transfers or
 evaluation. Their ratio is the overhead factor.
+
+    python benchmarks/simulator_overhead.py --compare-threads 10,4,2 --epochs 10 --rounds 3
+
+instead runs the same job once per ``-t`` and prints the seconds per round of each (rounds after the first, from the
+times the server logs in ``global_metrics.jsonl``, so that start-up is left out) and its ratio to the fastest.
 """
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -68,13 +74,43 @@ def pure_training_seconds(n: int, rounds: int, epochs: int, threads: int) -> flo
     return time.perf_counter() - started
 
 
+def seconds_per_round(workspace: str) -> float:
+    """Mean time between the server's evaluations after round 0 (round 0 also carries the start-up)."""
+    with open(os.path.join(workspace, "server", "simulate_job", "global_metrics.jsonl")) as f:
+        times = [json.loads(line)["time"] for line in f]
+    if len(times) < 2:
+        raise SystemExit("--compare-threads needs --rounds 2 or more")
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def compare_threads(n: int, thread_counts: list, rounds: int, epochs: int) -> None:
+    """Run the same job once per ``-t`` and print its seconds per round beside the fastest."""
+    measured = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        MoonRecipe(num_rounds=rounds, local_epochs=epochs, min_clients=n).export(tmp)
+        for t in thread_counts:
+            workspace = os.path.join(tmp, f"ws_t{t}")
+            run_simulator(tmp, n, t, workspace)
+            measured[t] = seconds_per_round(workspace)
+            print(f"  -n {n} -t {t}: {measured[t]:6.1f} s per round", flush=True)
+    fastest = min(measured.values())
+    print(f"nvflare simulator -n {n}, {rounds} rounds x {epochs} local epochs, {os.cpu_count()} cores")
+    print("| -t | s per round | / fastest |\n|---|---|---|")
+    for t, seconds in measured.items():
+        print(f"| {t} | {seconds:.1f} | {seconds / fastest:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=10)
     parser.add_argument("-t", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--compare-threads", help="e.g. 10,4,2: seconds per round for each -t instead")
     args = parser.parse_args()
+    if args.compare_threads:
+        compare_threads(args.n, [int(t) for t in args.compare_threads.split(",")], args.rounds, args.epochs)
+        return
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
         MoonRecipe(num_rounds=args.rounds, local_epochs=args.epochs, min_clients=args.n).export(tmp)

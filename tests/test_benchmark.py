@@ -19,6 +19,7 @@ import pytest
 from nvflare_moon.benchmark import cli, runner
 from nvflare_moon.benchmark.methods import METHODS, CommandMethod
 from nvflare_moon.benchmark.progress import Progress, estimate_remaining
+from nvflare_moon.benchmark.summary import write_summary
 from nvflare_moon.benchmark.protocols import PROTOCOLS, Protocol, RunSpec, Settings, Variant, customised
 from nvflare_moon.benchmark.tables import (
     beta_sweep_rows,
@@ -510,3 +511,15 @@ def test_privacy_bandwidth_protocol_puts_each_filter_on_the_sites_train_results(
         if spec.variant.method == "moon_exclude_vars":
             assert result_filters[0]["filters"][0]["args"]["exclude_vars"] == ["l2.weight", "l2.bias"]
     assert filters == expected
+
+
+def test_the_summary_of_interrupted_runs_shows_how_far_each_got(tmp_path):
+    protocol = PROTOCOLS["paper"]
+    specs = protocol.runs(["moon", "fedavg"])
+    so_far = {specs[0].run_id: [0.1118, 0.1422, 0.3455], specs[1].run_id: [0.1118, 0.2969]}
+    path = write_summary(str(tmp_path), protocol, [], specs, "cmd", runner.environment(), in_progress=so_far)
+    summary = open(path).read()
+    assert f"- In progress: {specs[0].run_id}, 3 of 100 rounds done, test accuracy 34.55% after round 2." in summary
+    assert f"- In progress: {specs[1].run_id}, 2 of 100 rounds done, test accuracy 29.69% after round 1." in summary
+    assert (tmp_path / "accuracy_so_far.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(accuracy_so_far.png)" in summary

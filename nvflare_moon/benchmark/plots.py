@@ -49,6 +49,18 @@ def accuracy_vs_rounds(groups: Dict[Group, List[Dict]], path: str, title: str) -
     return _close(fig, path)
 
 
+def accuracy_so_far(curves: Dict[str, Sequence[float]], path: str, title: str) -> str:
+    """Global test accuracy against rounds of runs still in progress: one line per run, as far as it got."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for run_id, accuracies in sorted(curves.items()):
+        ax.plot(np.arange(1, len(accuracies) + 1), 100 * np.asarray(accuracies), label=f"{run_id} ({len(accuracies)})")
+    ax.set(xlabel="round", ylabel="global test accuracy (%)", title=f"{title}, in progress")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _close(fig, path)
+
+
 def rounds_to_target(groups: Dict[Group, List[Dict]], path: str, title: str) -> str:
     """Bars: rounds each method needs to reach FedAvg's final accuracy (per β), with the speed-up on top; a method
     that never reaches it gets a hatched bar at its total rounds."""

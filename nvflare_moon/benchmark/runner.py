@@ -326,7 +326,7 @@ def run_protocol(
         point_dir = os.path.join(run_folder(out_dir, spec), "resume_point")
         if os.path.exists(os.path.join(point_dir, POINT_FILE)):
             point = load_resume_point(point_dir)
-            in_progress[spec.run_id] = (point.last_round + 1, point.metrics()[-1]["test_accuracy"])
+            in_progress[spec.run_id] = [m["test_accuracy"] for m in point.metrics()]
     summary = write_summary(
         os.path.join(out_dir, protocol.name),
         protocol,

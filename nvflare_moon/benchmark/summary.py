@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
-from .plots import accuracy_vs_rounds, partition, rounds_to_target
+from .plots import accuracy_so_far, accuracy_vs_rounds, partition, rounds_to_target
 from .protocols import Protocol, RunSpec
 from .published import PUBLISHED
 from .tables import (
@@ -43,10 +43,11 @@ def write_summary(
     command: str,
     environment: Dict,
     data_root: Optional[str] = None,
-    in_progress: Optional[Dict[str, tuple]] = None,
+    in_progress: Optional[Dict[str, List[float]]] = None,
 ) -> str:
     """Write the protocol's tables, plots and CSV into ``folder``; returns the path of ``summary.md``.
-    ``in_progress``: ``{run_id: (rounds done, last test accuracy)}`` of interrupted runs that will continue."""
+    ``in_progress``: ``{run_id: test accuracy of each round done}`` of interrupted runs that will continue; their
+    curves so far are plotted in ``accuracy_so_far.png``."""
     os.makedirs(folder, exist_ok=True)
     s = protocol.settings
     groups = group_runs(records)
@@ -68,12 +69,15 @@ def write_summary(
         + (f", {len(missing)} missing: " + ", ".join(m.run_id for m in missing) if missing else "."),
         "",
     ]
-    for run_id, (done, accuracy) in sorted((in_progress or {}).items()):
+    for run_id, accuracies in sorted((in_progress or {}).items()):
         lines.insert(
             -1,
-            f"- In progress: {run_id}, {done} of {s.rounds} rounds done, test accuracy "
-            f"{100 * accuracy:.2f}% after round {done - 1}.",
+            f"- In progress: {run_id}, {len(accuracies)} of {s.rounds} rounds done, test accuracy "
+            f"{100 * accuracies[-1]:.2f}% after round {len(accuracies) - 1}.",
         )
+    if in_progress:
+        accuracy_so_far(in_progress, os.path.join(folder, "accuracy_so_far.png"), _title(s))
+        lines += ["The interrupted runs so far:", "", "![accuracy so far](accuracy_so_far.png)", ""]
     if s.dataset == "cifar10":
         lines += [
             "Our CIFAR-10 is the offline JPEG-compressed copy (quality 75; labels and order exact), so absolute "
@@ -153,9 +157,13 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
     return lines
 
 
+def _title(settings) -> str:
+    return f"{settings.dataset}, {settings.num_sites} sites, E = {settings.local_epochs}"
+
+
 def _plots(folder: str, protocol: Protocol, groups, data_root: Optional[str]) -> List[str]:
     s = protocol.settings
-    title = f"{s.dataset}, {s.num_sites} sites, E = {s.local_epochs}"
+    title = _title(s)
     lines = ["## Plots", ""]
     accuracy_vs_rounds(groups, os.path.join(folder, "accuracy_vs_rounds.png"), title)
     lines += ["Global test accuracy per round:", "", "![accuracy against rounds](accuracy_vs_rounds.png)", ""]

@@ -303,6 +303,7 @@ def test_sigterm_ends_the_run_in_progress_and_everything_it_started(tmp_path, or
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(tmp_path), str(tmp_path / "never")],
         cwd=repo,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -316,6 +317,8 @@ def test_sigterm_ends_the_run_in_progress_and_everything_it_started(tmp_path, or
     driver.send_signal(signal.SIGTERM)
     assert driver.wait(timeout=60) == 128 + signal.SIGTERM
     assert "run the same command again to resume" in driver.stderr.read()
+    progress = driver.stdout.read()
+    assert "stand_in-beta0.5-seed0: interrupted in" in progress and "FAILED" not in progress
     assert all(gone(pid) for pid in orphans)
 
 

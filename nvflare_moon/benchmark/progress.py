@@ -69,9 +69,9 @@ class Progress:
             f"all {format_duration(total_left)}"
         )
 
-    def end_run(self, ok: bool) -> None:
+    def end_run(self, outcome: str) -> None:
+        """``outcome``: ``done``, ``FAILED`` or ``interrupted``; only a finished run's time feeds the estimates."""
         seconds = self.clock() - self._started
-        if ok:
+        if outcome == "done":
             self.finished_run_seconds.append(seconds)
-        outcome = "done" if ok else "FAILED"
         self.log(f"[{self._index}/{self.total_runs}] {self._name}: {outcome} in {format_duration(seconds)}")

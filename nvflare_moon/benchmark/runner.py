@@ -179,7 +179,7 @@ def execute_run(
         progress.log(f"{spec.run_id}: continuing after round {point.last_round} from {point.path}")
     progress.start_run(spec.run_id, launch.units, launch.unit_name)
     started, clock = time.time(), time.perf_counter()
-    ok = False
+    outcome = "FAILED"
     try:
         with open(log_path, "a" if point is not None else "w") as log:
             log.write(" ".join(launch.command) + "\n")
@@ -215,9 +215,12 @@ def execute_run(
             results = launch.collect(started)
         except ValueError as e:
             raise RunFailed(f"{spec.run_id}: {e}; its output is in {log_path}") from e
-        ok = True
+        outcome = "done"
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run's state is kept and the same command resumes it
+        outcome = "interrupted"
+        raise
     finally:
-        progress.end_run(ok)
+        progress.end_run(outcome)
     if not keep_work:
         shutil.rmtree(run_dir, ignore_errors=True)
     return {

@@ -60,6 +60,16 @@ def end_process_tree(pid: int) -> None:
     psutil.wait_procs(tree, timeout=30)
 
 
+def aggregated_round(workspace: Path):
+    """The last round whose global model the simulator run in ``workspace`` has checkpointed; None before the first."""
+    from nvflare_moon.resume import read_checkpoint, workspace_checkpoint
+
+    try:
+        return read_checkpoint(workspace_checkpoint(str(workspace)))[1]["current_round"]
+    except ValueError:  # not there yet, or being written: NVFlare's persistor does not write atomically
+        return None
+
+
 def run_command(cmd, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
     """``subprocess.run`` that, on a timeout (or Ctrl-C), ends the command's whole process tree before raising."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")

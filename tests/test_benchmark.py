@@ -19,8 +19,8 @@ import pytest
 from nvflare_moon.benchmark import cli, runner
 from nvflare_moon.benchmark.methods import METHODS, CommandMethod
 from nvflare_moon.benchmark.progress import Progress, estimate_remaining
-from nvflare_moon.benchmark.summary import write_summary
 from nvflare_moon.benchmark.protocols import PROTOCOLS, Protocol, RunSpec, Settings, Variant, customised
+from nvflare_moon.benchmark.summary import write_summary
 from nvflare_moon.benchmark.tables import (
     beta_sweep_rows,
     final_accuracy_rows,
@@ -33,6 +33,8 @@ from nvflare_moon.benchmark.tables import (
     rounds_to_target_rows,
     speedup,
 )
+
+from .conftest import REPO, aggregated_round
 
 SMOKE_ARGS = [
     "--protocol",
@@ -128,6 +130,42 @@ def test_the_same_command_again_starts_no_run(real_run, monkeypatch):
     monkeypatch.setattr(runner, "execute_run", lambda *a, **k: pytest.fail("a finished run was started again"))
     code, output = run_cli(SMOKE_ARGS + ["--out", str(out)])
     assert code == 0 and "1 already finished" in output and "0 to run" in output
+
+
+@pytest.mark.e2e
+def test_a_run_stopped_saved_and_resumed_elsewhere_ends_as_the_uninterrupted_run(real_run, tmp_path, orphans):
+    """The paper runs' path over several sittings: SIGTERM once round 0 is aggregated, ``--save-progress`` into a
+    folder (what gets committed), then ``--resume-from`` it in a fresh output folder. Batches are seeded by
+    (seed, site, round), so the continued run must repeat the uninterrupted one exactly."""
+    first, saved, second = tmp_path / "first", tmp_path / "saved", tmp_path / "second"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "nvflare_moon.benchmark", *SMOKE_ARGS, "--out", str(first)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while aggregated_round(first / "work" / RUN_ID / "workspace") != 0:
+        assert driver.poll() is None and time.monotonic() < deadline, "round 0 was not aggregated"
+        time.sleep(0.05)
+    orphans.extend(p.pid for p in psutil.Process(driver.pid).children(recursive=True))
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=60) == 128 + signal.SIGTERM, driver.stdout.read()
+    assert all(gone(pid) for pid in orphans)
+
+    code, output = run_cli(SMOKE_ARGS + ["--out", str(first), "--save-progress", str(saved)])
+    assert code == 1 and f"{RUN_ID}: saved its state after round 0" in output
+    code, output = run_cli(SMOKE_ARGS + ["--out", str(second), "--resume-from", str(saved), "--keep-work"])
+    assert code == 0, output
+    assert f"{RUN_ID}: continuing after round 0" in output
+
+    _, _, _, uninterrupted = real_run
+    record = json.loads((second / "runs" / f"{RUN_ID}.json").read_text())
+    assert record["continued_after_round"] == 0
+    assert [(r["round"], r["test_accuracy"], r["test_loss"]) for r in record["rounds"]] == [
+        (r["round"], r["test_accuracy"], r["test_loss"]) for r in uninterrupted
+    ]
 
 
 # ---- resuming, with a stand-in for the run itself -----------------------------------------------------------------

@@ -4,7 +4,6 @@ with a site's FLContext (no simulator)."""
 import logging
 
 import numpy as np
-import pytest
 import torch
 
 from nvflare.apis.fl_constant import FLMetaKey, ReturnCode

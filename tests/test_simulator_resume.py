@@ -23,9 +23,9 @@ import torch
 from nvflare.app_common.app_constant import AlgorithmConstants
 
 from nvflare_moon.recipes import FedSiamDARecipe, MoonRecipe, ScaffoldRecipe
-from nvflare_moon.resume import SIMULATOR_MODULE, read_checkpoint, workspace_checkpoint
+from nvflare_moon.resume import SIMULATOR_MODULE, workspace_checkpoint
 
-from .conftest import TINY_TRAINING, run_simulator
+from .conftest import TINY_TRAINING, aggregated_round, run_simulator
 
 pytestmark = pytest.mark.e2e
 ROUNDS = 4
@@ -39,20 +39,13 @@ METHODS = {
 }
 
 
-def checkpoint_round(workspace: Path):
-    try:
-        return read_checkpoint(workspace_checkpoint(str(workspace)))[1]["current_round"]
-    except ValueError:  # not there yet, or being written: NVFlare's persistor does not write atomically
-        return None
-
-
 def run_and_kill(job: Path, workspace: Path, n: int, t: int, timeout: float = 900) -> None:
     """Run the simulator and SIGKILL it with every process it started once the checkpoint holds ``STOP_AFTER``."""
     command = [sys.executable, "-m", SIMULATOR_MODULE, str(job), "-w", str(workspace), "-n", str(n), "-t", str(t)]
     simulator = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=workspace.parent)
     try:
         deadline = time.monotonic() + timeout
-        while checkpoint_round(workspace) != STOP_AFTER:
+        while aggregated_round(workspace) != STOP_AFTER:
             assert simulator.poll() is None, "the simulator ended before it could be interrupted"
             assert time.monotonic() < deadline, f"round {STOP_AFTER} was not aggregated within {timeout} s"
             time.sleep(0.1)

@@ -128,7 +128,9 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
             "## Rounds to reach FedAvg's final accuracy (Table 2 style)",
             "",
             "The target is FedAvg's final accuracy (mean over its seeds); each method's rounds are counted on its "
-            "mean curve over seeds; speed-up = FedAvg's rounds to the target / the method's.",
+            "mean curve over seeds. Speed-up as the paper's Table 2 counts it: FedAvg's total rounds / the method's "
+            "rounds (FedAvg: 1× by definition). The stricter speed-up divides instead the round at which FedAvg's "
+            "own curve first reached the target (FedAvg's row), which is earlier when its accuracy levelled off.",
             "",
             markdown_table(
                 [
@@ -136,7 +138,8 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
                     "β",
                     "target %",
                     "rounds to target / total",
-                    "speed-up",
+                    "speed-up (paper's count)",
+                    "speed-up against FedAvg's first reach",
                     "published speed-up, at the paper's settings",
                 ],
                 speed_rows,

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from nvflare_moon.benchmark import cli, runner
-from nvflare_moon.benchmark.methods import METHODS, CommandMethod
+from nvflare_moon.benchmark.methods import METHODS, CommandMethod, SimulatorMethod
 from nvflare_moon.benchmark.progress import Progress, estimate_remaining
 from nvflare_moon.benchmark.protocols import PROTOCOLS, Protocol, RunSpec, Settings, Variant, customised
 from nvflare_moon.benchmark.summary import write_summary
@@ -33,6 +33,7 @@ from nvflare_moon.benchmark.tables import (
     rounds_to_target_rows,
     speedup,
 )
+from nvflare_moon.recipes import MoonRecipe
 
 from .conftest import REPO, aggregated_round
 
@@ -84,6 +85,7 @@ def test_record_holds_exactly_what_the_run_logged(real_run):
     assert code == 0, output
     record = json.loads((out / "runs" / f"{RUN_ID}.json").read_text())
     assert record["status"] == "complete" and record["spec"]["settings"]["dataset"] == "synthetic"
+    assert re.fullmatch(r"[0-9a-f]{64}", record["job_digest"])  # the same command reusing it checks it (below)
     assert [r["round"] for r in logged] == [0, 1]
     previous = record["started"]
     for got, want in zip(record["rounds"], logged, strict=True):
@@ -231,6 +233,23 @@ def test_a_finished_run_made_with_other_settings_is_refused_before_anything_runs
     with pytest.raises(runner.FinishedRunDiffers, match="another --out"):
         runner.run_protocol(smoke_protocol(rounds=4), str(tmp_path), log=lambda _: None)
     assert fake_runs == []
+
+
+def test_a_finished_run_is_refused_once_its_recipes_default_has_changed(tmp_path, monkeypatch):
+    """The fingerprint holds the protocol's settings, not the recipe's defaults (FedSiam-DA's μ went from 1 to 0.01):
+    the record's job digest catches a finished run that the same command would no longer produce."""
+    spec = RunSpec(Variant("moon"), 0, 0.5, Settings(dataset="synthetic", rounds=2, num_sites=2))
+    path = tmp_path / "runs" / f"{spec.run_id}.json"
+    runner.write_json_atomic(
+        str(path), {**fake_record(spec, [0.1, 0.2]), "job_digest": METHODS["moon"].job_digest(spec)}
+    )
+    assert runner.load_finished(str(path), spec)["final_accuracy"] == 0.2
+
+    monkeypatch.setitem(METHODS, "moon", SimulatorMethod("MOON", MoonRecipe, {"temperature": 0.7}))
+    with pytest.raises(runner.FinishedRunDiffers, match="a default of its recipe has changed"):
+        runner.load_finished(str(path), spec)
+    runner.write_json_atomic(str(path), fake_record(spec, [0.1, 0.2]))  # a record from before digests: kept
+    assert runner.load_finished(str(path), spec)["final_accuracy"] == 0.2
 
 
 def test_methods_must_be_registered(tmp_path):

@@ -7,11 +7,13 @@ start a run and where its results are (:class:`Launch`); :mod:`.runner` starts i
 To add a method, add one entry to :data:`METHODS` (and to a protocol in :mod:`.protocols`).
 """
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Union
 
@@ -70,28 +72,7 @@ class SimulatorMethod:
     ) -> Launch:
         """The run from round 0, or, given a resume point of the same job, its continuation after the point."""
         s = spec.settings
-        job_name = re.sub(r"[^A-Za-z0-9_-]", "_", spec.run_id)
-        recipe = self.recipe(
-            name=job_name,
-            min_clients=s.num_sites,
-            num_rounds=s.rounds,
-            dataset=s.dataset,
-            arch=s.arch,
-            beta=spec.beta,
-            seed=spec.seed,
-            local_epochs=s.local_epochs,
-            batch_size=s.batch_size,
-            lr=s.lr,
-            momentum=s.momentum,
-            weight_decay=s.weight_decay,
-            device=s.device,
-            data_root=data_root,
-            **{**self.defaults, **dict(spec.variant.args)},
-        )
-        exported = os.path.join(run_dir, "job")
-        shutil.rmtree(exported, ignore_errors=True)
-        recipe.export(exported)
-        job, earlier = os.path.join(exported, job_name), []
+        job, earlier = self.export(spec, os.path.join(run_dir, "job"), data_root), []
         if point is not None:
             if _job_configs(point.job_dir) != _job_configs(job):
                 raise ValueError(
@@ -120,6 +101,38 @@ class SimulatorMethod:
             "round",
             lambda started: read_simulator_results(workspace, s.rounds, started, earlier),
         )
+
+    def export(self, spec: RunSpec, dest: str, data_root: Optional[str]) -> str:
+        """Export the run's job into the (emptied) folder ``dest``; returns the job's folder."""
+        s = spec.settings
+        job_name = re.sub(r"[^A-Za-z0-9_-]", "_", spec.run_id)
+        recipe = self.recipe(
+            name=job_name,
+            min_clients=s.num_sites,
+            num_rounds=s.rounds,
+            dataset=s.dataset,
+            arch=s.arch,
+            beta=spec.beta,
+            seed=spec.seed,
+            local_epochs=s.local_epochs,
+            batch_size=s.batch_size,
+            lr=s.lr,
+            momentum=s.momentum,
+            weight_decay=s.weight_decay,
+            device=s.device,
+            data_root=data_root,
+            **{**self.defaults, **dict(spec.variant.args)},
+        )
+        shutil.rmtree(dest, ignore_errors=True)
+        recipe.export(dest)
+        return os.path.join(dest, job_name)
+
+    def job_digest(self, spec: RunSpec) -> str:
+        """A digest of the job this code exports for ``spec``, the data folder aside: it changes with the recipes'
+        defaults, which the spec's fingerprint does not hold."""
+        with tempfile.TemporaryDirectory() as folder:
+            configs = _job_configs(self.export(spec, folder, None))
+        return hashlib.sha256(json.dumps(configs, sort_keys=True).encode()).hexdigest()
 
 
 def _job_configs(job_dir: str) -> Dict[str, Any]:
@@ -153,6 +166,10 @@ class CommandMethod:
     units: Callable[[RunSpec], int]
     unit_name: str
     resumable = False
+
+    def job_digest(self, spec: RunSpec) -> None:
+        """A command has no job: its arguments are all in the spec's fingerprint."""
+        return None
 
     def launch(self, spec: RunSpec, run_dir: str, data_root: Optional[str], point=None) -> Launch:
         """A run from the start (a command has no resume point)."""

@@ -50,7 +50,9 @@ def record_path(out_dir: str, spec: RunSpec) -> str:
 
 def load_finished(path: str, spec: RunSpec) -> Optional[Dict]:
     """The complete record at ``path`` for ``spec``; None if there is none (absent, unreadable or incomplete: the run
-    is redone). Raises :class:`FinishedRunDiffers` if it is complete but was made with other settings."""
+    is redone). Raises :class:`FinishedRunDiffers` if it is complete but was made with other settings, or, where the
+    record holds its job's digest (records since 2026-12-02), if this code would export another job for it: a recipe
+    default changed since."""
     try:
         with open(path) as f:
             record = json.load(f)
@@ -63,6 +65,11 @@ def load_finished(path: str, spec: RunSpec) -> Optional[Dict]:
         raise FinishedRunDiffers(
             f"{path} is a finished run with other settings ({record.get('spec')}, now {expected}); "
             "write to another --out folder, or delete the file to redo it"
+        )
+    if record.get("job_digest") is not None and record["job_digest"] != METHODS[spec.variant.method].job_digest(spec):
+        raise FinishedRunDiffers(
+            f"{path} is a finished run of another job than this code exports for {spec.run_id} (a default of its "
+            "recipe has changed since); write to another --out folder, or delete the file to redo it"
         )
     return record
 
@@ -234,6 +241,7 @@ def execute_run(
         "beta": spec.beta,
         "continued_after_round": None if point is None else point.last_round,
         "spec": spec.fingerprint(),
+        "job_digest": method.job_digest(spec),
         "command": launch.command,
         "started": started,
         "wall_seconds": wall,

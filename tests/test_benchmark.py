@@ -28,6 +28,7 @@ from nvflare_moon.benchmark.tables import (
     local_figure_rows,
     mean_curve,
     mean_std,
+    per_run_rows,
     percent,
     rounds_to_target,
     rounds_to_target_rows,
@@ -455,6 +456,16 @@ def test_table_2_counts_rounds_on_the_mean_curves_against_fedavgs_final_accuracy
 def test_a_method_that_never_reaches_the_target_has_no_speedup():
     groups = group_runs(records({"fedavg": [[0.2, 0.4, 0.5, 0.6]], "scaffold": [[0.1, 0.2, 0.3, 0.4]]}))
     assert rounds_to_target_rows(groups, "cifar10")[1][3:6] == ["not reached / 4", "—", "—"]
+
+
+def test_a_continued_runs_time_per_round_leaves_out_the_time_between_sittings():
+    record = records({"moon": [[0.1, 0.2, 0.3, 0.4, 0.5]]})[0]
+    seconds = [float("nan"), 100.0, 7000.0, 110.0, 90.0]  # sitting 1 started unrecorded; sitting 2 began at round 2
+    for r, s in zip(record["rounds"], seconds):
+        r["round_seconds"] = s
+    record["continued_after_round"] = 1
+    row = per_run_rows([record])[0]
+    assert row[3:6] == ["1 (last sitting)", "105.0", "—"]  # median of 100, 7000, 110, 90; round 0's time unknown
 
 
 def test_solo_shows_its_spread_over_sites():

@@ -221,17 +221,19 @@ LOCAL_FIGURE_HEADERS = [
 
 
 def per_run_rows(records: Sequence[Dict]) -> List[List[str]]:
-    """Every run: id, final %, best % (at round), wall time (s), mean s/round after round 0, round 0 s (start-up
-    included), peak RSS of the largest client process and of the largest other process (MB)."""
+    """Every run: id, final %, best % (at round), wall time (s; of the last sitting for a continued run), median
+    s/round after round 0 (the median, because the first round of each later sitting of a continued run also counts
+    the time between sittings), round 0 s (start-up included; unknown when it ran in an earlier sitting), peak RSS of
+    the largest client process and of the largest other process (MB)."""
     rows = []
     for r in records:
         rounds = r["rounds"]
         if rounds:
             best = max(rounds, key=lambda x: x["test_accuracy"])
             best_cell = f"{percent(best['test_accuracy'])} (round {best['round']})"
-            later = [x["round_seconds"] for x in rounds[1:]]
-            per_round = f"{np.mean(later):.1f}" if later else "—"
-            first = f"{rounds[0]['round_seconds']:.1f}"
+            later = [x["round_seconds"] for x in rounds[1:] if not np.isnan(x["round_seconds"])]
+            per_round = f"{np.median(later):.1f}" if later else "—"
+            first = "—" if np.isnan(rounds[0]["round_seconds"]) else f"{rounds[0]['round_seconds']:.1f}"
         else:
             best_cell, per_round, first = "—", "—", "—"
         memory = r["peak_rss_mb"]
@@ -241,7 +243,7 @@ def per_run_rows(records: Sequence[Dict]) -> List[List[str]]:
                 r["run_id"],
                 percent(r["final_accuracy"]),
                 best_cell,
-                f"{r['wall_seconds']:.0f}",
+                f"{r['wall_seconds']:.0f}" + ("" if r.get("continued_after_round") is None else " (last sitting)"),
                 per_round,
                 first,
                 client_peak,
@@ -256,7 +258,7 @@ PER_RUN_HEADERS = [
     "final top-1 %",
     "best top-1 % (round)",
     "wall s",
-    "s/round (rounds ≥ 1)",
+    "s/round, median (rounds ≥ 1)",
     "round 0 s (incl. start-up)",
     "peak RSS per client MB (max)",
     "peak RSS other MB",

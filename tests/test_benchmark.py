@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -357,10 +356,9 @@ sys.exit(cli.main(["--protocol", "t", "--out", sys.argv[1]]))
 
 def test_sigterm_ends_the_run_in_progress_and_everything_it_started(tmp_path, orphans):
     """`kill` or a batch queue's time limit sends SIGTERM to the benchmark: it must not leave the run training."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(tmp_path), str(tmp_path / "never")],
-        cwd=repo,
+        cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -93,8 +93,6 @@ def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dic
         result[(variant, beta)] = {
             "target": target,
             "rounds": rounds,
-            "baseline_rounds": len(baseline_curve),
-            "baseline_first_reach": first_reach,
             "speedup": 1.0 if variant == BASELINE else speedup(len(baseline_curve), rounds),
             "speedup_first_reach": speedup(first_reach, rounds),
             "total_rounds": len(runs[0]["rounds"]),

@@ -12,6 +12,8 @@ from typing import Callable, NamedTuple, Optional
 import torch
 import torch.nn as nn
 
+from .validation import check_number
+
 
 class ModelOutput(NamedTuple):
     features: torch.Tensor  # h
@@ -93,32 +95,40 @@ def simsiam_predictor(dim: int, hidden_dim: int) -> nn.Sequential:
 
 
 class SimpleCNN(nn.Sequential):
-    """The MOON paper's CIFAR-10 encoder: two 5×5 conv/ReLU/max-pool stages, then fc 400→120→84 (F = 84)."""
+    """The MOON paper's CIFAR-10 encoder: two 5×5 conv/ReLU/max-pool stages, then fc 400→120→84 (F = 84).
+
+    ``in_channels`` and ``image_size`` (square inputs) size the first convolution and the first fc layer for a site's
+    own images; the defaults are the paper's 3 × 32 × 32, whose feature map is 16 × 5 × 5.
+    """
 
     feat_dim = 84
 
-    def __init__(self):
+    def __init__(self, in_channels: int = 3, image_size: int = 32):
+        side = ((image_size - 4) // 2 - 4) // 2  # two 5x5 convolutions without padding, each followed by a 2x2 pool
+        if side < 1:
+            raise ValueError(f"image_size must be at least 16 pixels for simple_cnn, got {image_size}")
         super().__init__(
-            nn.Conv2d(3, 6, 5),
+            nn.Conv2d(in_channels, 6, 5),
             nn.ReLU(),
             nn.MaxPool2d(2),
             nn.Conv2d(6, 16, 5),
             nn.ReLU(),
             nn.MaxPool2d(2),
             nn.Flatten(),
-            nn.Linear(16 * 5 * 5, 120),
+            nn.Linear(16 * side * side, 120),
             nn.ReLU(),
             nn.Linear(120, 84),
             nn.ReLU(),
         )
 
 
-def cifar_resnet50() -> nn.Module:
-    """torchvision's ResNet-50 adapted to 32×32 inputs: 3×3 stride-1 stem, no max-pool, fc removed (F = 2048)."""
+def cifar_resnet50(in_channels: int = 3, image_size: int = 32) -> nn.Module:
+    """torchvision's ResNet-50 adapted to 32×32 inputs: 3×3 stride-1 stem, no max-pool, fc removed (F = 2048).
+    Any ``image_size`` works (the network ends in a global average pool)."""
     import torchvision  # here, not at the top: it adds ~2 s to every client process start (one per task at -t < -n)
 
     net = torchvision.models.resnet50(weights=None)
-    net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
     net.maxpool = nn.Identity()
     net.fc = nn.Identity()
     return net
@@ -137,6 +147,7 @@ class Network(ProjectionModel):
     ``{"path": "nvflare_moon.models.Network", "args": {"arch": "simple_cnn", "num_classes": 10}}``.
     ``seed`` fixes the initial weights (without touching the global RNG), so that runs are reproducible; None draws
     them from torch's global RNG. ``predictor_hidden_dim`` adds FedSiam-DA's predictor (see :class:`ProjectionModel`).
+    ``in_channels`` and ``image_size`` fit the encoder to a site's own images (1 channel for grayscale).
     """
 
     _always_serialize_args = ("arch", "num_classes", "out_dim", "seed")  # exported configs show the architecture
@@ -148,15 +159,19 @@ class Network(ProjectionModel):
         out_dim: int = 256,
         seed: Optional[int] = 0,
         predictor_hidden_dim: Optional[int] = None,
+        in_channels: int = 3,
+        image_size: int = 32,
     ):
         if arch not in BACKBONES:
             raise ValueError(f"arch must be one of {sorted(BACKBONES)}, got {arch!r}")
+        check_number("in_channels", in_channels, low=1, integer=True)
+        check_number("image_size", image_size, low=1, integer=True)
         make_backbone, feat_dim = BACKBONES[arch]
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)
             super().__init__(
-                make_backbone(),
+                make_backbone(in_channels, image_size),
                 feat_dim=feat_dim,
                 num_classes=num_classes,
                 out_dim=out_dim,
@@ -167,6 +182,8 @@ class Network(ProjectionModel):
         self.out_dim = out_dim
         self.seed = seed
         self.predictor_hidden_dim = predictor_hidden_dim
+        self.in_channels = in_channels
+        self.image_size = image_size
 
 
 def check_num_classes(model: nn.Module, num_classes: int, dataset: str) -> None:

@@ -26,6 +26,8 @@ class TensorBatchLoader:
       receives the loader's generator.
     - ``seed``: seeds the generator (None: a non-deterministic seed).
     - ``device``: if given, the uint8 data is copied there once and batches are transformed there.
+    - ``indices``: iterate over these rows of ``arrays`` only, read batch by batch (a memory-mapped site folder is
+      never copied whole); None: every row.
     """
 
     def __init__(
@@ -37,6 +39,7 @@ class TensorBatchLoader:
         drop_last: bool,
         seed: int | None = None,
         device: str | torch.device | None = None,
+        indices=None,
     ):
         if not isinstance(arrays, ImageArrays):
             raise ValueError(
@@ -54,6 +57,7 @@ class TensorBatchLoader:
         self.device = torch.device(device) if device is not None else arrays.images.device
         self.images = arrays.images.to(self.device)
         self.labels = arrays.labels.to(self.device)
+        self.indices = None if indices is None else torch.as_tensor(indices, dtype=torch.int64, device=self.device)
         self.batch_size = batch_size
         self.transform = transform
         self.shuffle = bool(shuffle)
@@ -71,7 +75,7 @@ class TensorBatchLoader:
 
     @property
     def num_samples(self) -> int:
-        return int(self.labels.shape[0])
+        return int((self.labels if self.indices is None else self.indices).shape[0])
 
     def __len__(self) -> int:
         n, b = self.num_samples, self.batch_size
@@ -83,6 +87,8 @@ class TensorBatchLoader:
             order = torch.randperm(n, generator=self.generator).to(self.device)
         else:
             order = None
+        if self.indices is not None:
+            order = self.indices if order is None else self.indices[order]
         for k in range(len(self)):
             if order is None:
                 xb, yb = self.images[k * b : (k + 1) * b], self.labels[k * b : (k + 1) * b]

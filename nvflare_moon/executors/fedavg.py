@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import numpy as np
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from nvflare.apis.analytix import AnalyticsDataType
 from nvflare.apis.event_type import EventType
@@ -40,23 +40,16 @@ from ..core.objectives import CrossEntropyObjective
 from ..core.state import SiteStateStore, StateUnusable, tensor_signature
 from ..core.training import evaluate, frozen_copy, sgd, train_local
 from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
-from ..data import (
-    DATASETS,
-    PARTITION_METHODS,
-    TensorBatchLoader,
-    load_dataset,
-    site_test_arrays,
-    site_train_arrays,
-    test_transform,
-    train_transform,
-)
+from ..data import DATASETS, PARTITION_METHODS
+from ..data.site_data import SiteDataSettings
+from ..data.site_files import SITE_DATASETS, resolve_site_root
+from ..data.sources import PartitionedSource, SiteImagesSource, TorchDatasetSource, dataset_batches
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
 from ..simulator_sites import check_site_identity
 from ..validation import JOB_REFUSED_HEADER, check_choice, check_flag, check_number
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
-EVAL_BATCH_SIZE = 500
 
 HE_CLIENT_CONTEXT = "client_context.tenseal"  # what NVFlare's HEBuilder writes into a site's kit (with the secret key)
 STATE_FOLDER = "nvflare_moon"  # in a site's run folder of the job: <workspace>/<site>/<job_id>/nvflare_moon/<name>.pt
@@ -68,12 +61,21 @@ class FedAvgExecutor(Executor):
     Args:
         model: the network, an ``nn.Module`` returning ``(h, z, logits)``: :class:`~nvflare_moon.models.Network`, or
             any backbone wrapped in :class:`~nvflare_moon.models.ProjectionModel`.
-        dataset: ``"cifar10"``, ``"cifar100"``, ``"tinyimagenet"``, ``"synthetic"``, or a map-style
-            ``torch.utils.data.Dataset`` of ``(image tensor, label)`` holding this site's own data (used whole).
+        dataset: ``"cifar10"``, ``"cifar100"``, ``"tinyimagenet"``, ``"synthetic"`` (split over the sites by their
+            names' numbers); ``"image_folder"`` or ``"datalist"``: the site's own images, all of them (see
+            :mod:`nvflare_moon.data.site_files`, and ``site_data``); or a map-style ``torch.utils.data.Dataset`` of
+            ``(image tensor, label)`` holding this site's own data (used whole).
         val_dataset: this site's own test data, a map-style ``Dataset`` of ``(image tensor, label)``. Default: with a
             dataset name, the site's class-proportional share of the test split
-            (:func:`~nvflare_moon.data.site_test_arrays`); with a ``Dataset``, none (no local figures, a warning).
+            (:func:`~nvflare_moon.data.site_test_arrays`); with its own images, its test split or ``val_fraction``
+            of its training images; with a ``Dataset``, none (no local figures, a warning).
         data_root: folder holding the dataset; default ``$NVFLARE_MOON_DATA`` or ``~/.cache/nvflare_moon/data``.
+            With the site's own images: the site's folder (or manifest), checked on the site at the job's start;
+            NVFlare resolves ``{SITE_NAME}``, ``{WORKSPACE}`` and ``{$VAR}`` in it there. None: the site's
+            ``$NVFLARE_MOON_SITE_DATA``, else ``data_root`` in its ``local/nvflare_moon_data.json``.
+        site_data: with ``"image_folder"``/``"datalist"``, the :class:`~nvflare_moon.data.site_data.SiteDataSettings`
+            fields but ``dataset`` and ``seed``: ``class_names`` (required), ``image_size``, ``channels``, ``mean``,
+            ``std``, ``val_fraction``, ``max_unreadable``, ``augment``.
         download: fetch the dataset with torchvision when it is not under ``data_root``.
         num_sites: number of sites the training set is split over (the simulator's ``-n``).
         partition: ``"dirichlet"`` (label skew with concentration ``beta``) or ``"iid"``.
@@ -122,6 +124,7 @@ class FedAvgExecutor(Executor):
         val_dataset: Optional[Dataset] = None,
         data_root: Optional[str] = None,
         download: bool = True,
+        site_data: Optional[Dict[str, Any]] = None,
         num_sites: int = 10,
         partition: str = "dirichlet",
         beta: float = 0.5,
@@ -143,13 +146,12 @@ class FedAvgExecutor(Executor):
     ):
         super().__init__()
         if isinstance(dataset, str):
-            check_choice("dataset", dataset, DATASETS)
+            check_choice("dataset", dataset, DATASETS + SITE_DATASETS)
         elif not isinstance(dataset, Dataset):
             raise ValueError(f"dataset must be a dataset name or a torch Dataset, got {type(dataset).__name__}")
         if val_dataset is not None and not isinstance(val_dataset, Dataset):
             raise ValueError(f"val_dataset must be a torch Dataset or None, got {type(val_dataset).__name__}")
-        if data_root is not None and not os.path.isdir(os.path.expanduser(data_root)) and not download:
-            raise ValueError(f"data_root {data_root!r} is not a folder; create it or set download=True")
+        self._site_data_settings = site_data_settings(dataset, site_data, seed)
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module such as nvflare_moon.models.Network, got {model!r}")
         check_number("num_sites", num_sites, low=1, integer=True)
@@ -174,6 +176,7 @@ class FedAvgExecutor(Executor):
         self.val_dataset = val_dataset
         self.data_root = data_root
         self.download = download
+        self.site_data = site_data
         self.model = model
         self.num_sites = num_sites
         self.partition = partition
@@ -197,7 +200,7 @@ class FedAvgExecutor(Executor):
         self.encrypted_aggregation = encrypted_aggregation
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None
-        self._train_data = None
+        self._data = None  # the site's data source (nvflare_moon.data.sources), opened at the job's start
         self._num_samples = 0
         self._torch_device = torch.device("cpu")
         self._local_test = None  # the local test batches (None: the site has none)
@@ -222,13 +225,10 @@ class FedAvgExecutor(Executor):
         site = fl_ctx.get_identity_name()
         torch.set_num_threads(resolve_num_threads(self.num_threads))
         self._torch_device = resolve_device(self.device)
-        if isinstance(self.dataset, str):
-            splits = load_dataset(self.dataset, self.data_root, self.download)
-            self._train_data = site_train_arrays(splits, site, self.num_sites, self.partition, self.beta, self.seed)
-            check_num_classes(self.model, splits.num_classes, self.dataset)
-        else:
-            self._train_data = self.dataset
-        self._num_samples = len(self._train_data)
+        self._data = self._open_data(fl_ctx)
+        if self._data.num_classes is not None:
+            check_num_classes(self.model, self._data.num_classes, self.dataset)
+        self._num_samples = self._data.num_samples
         if self._num_samples < self.batch_size:
             raise ValueError(
                 f"site {site} has {self._num_samples} samples, fewer than batch_size={self.batch_size}; "
@@ -237,8 +237,31 @@ class FedAvgExecutor(Executor):
         self._net = self.model.to(self._torch_device)
         self.log_info(
             fl_ctx,
-            f"{site}: {self._num_samples} training samples, {self._num_samples // self.batch_size} batches/epoch, "
-            f"device {self._torch_device}, {torch.get_num_threads()} threads",
+            f"{site}: {self._num_samples} training samples ({self._data.description}), "
+            f"{self._num_samples // self.batch_size} batches/epoch, device {self._torch_device}, "
+            f"{torch.get_num_threads()} threads",
+        )
+
+    def _open_data(self, fl_ctx: FLContext):
+        """The site's data source, as ``dataset`` says (see :mod:`nvflare_moon.data.sources`)."""
+        site = fl_ctx.get_identity_name()
+        if not isinstance(self.dataset, str):
+            return TorchDatasetSource(self.dataset, self.val_dataset)
+        if self.dataset in SITE_DATASETS:
+            workspace_root = fl_ctx.get_engine().get_workspace().get_root_dir()
+            root = resolve_site_root(self.data_root, site, workspace_root)
+            return SiteImagesSource(self._site_data_settings, root, site, workspace_root)
+        on_gpu = self._torch_device if self._torch_device.type == "cuda" else None
+        return PartitionedSource(
+            self.dataset,
+            self.data_root,
+            self.download,
+            site,
+            self.num_sites,
+            self.partition,
+            self.beta,
+            self.seed,
+            device=on_gpu,
         )
 
     def _setup_failed_reply(self, task: Shareable, fl_ctx: FLContext) -> Shareable:
@@ -253,21 +276,7 @@ class FedAvgExecutor(Executor):
         """The round's batches. The order is a function of (seed, site, round) alone, so a client process that is
         restarted between rounds (the simulator with ``-t < -n``) trains exactly as one that lives on."""
         seed = zlib.crc32(f"{self.seed}/{site}/{round_number}".encode())
-        if isinstance(self.dataset, str):
-            on_gpu = self._torch_device if self._torch_device.type == "cuda" else None
-            return TensorBatchLoader(
-                self._train_data,
-                self.batch_size,
-                train_transform(self.dataset),
-                shuffle=True,
-                drop_last=True,
-                seed=seed,
-                device=on_gpu,
-            )
-        generator = torch.Generator().manual_seed(seed)
-        return DataLoader(
-            self._train_data, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=generator
-        )
+        return self._data.train_batches(self.batch_size, seed)
 
     # ---- local test data ---------------------------------------------------------------------------------------
 
@@ -276,30 +285,11 @@ class FedAvgExecutor(Executor):
         if not self._local_test_ready:
             site = fl_ctx.get_identity_name()
             if self.val_dataset is not None:
-                data = self.val_dataset
-            elif isinstance(self.dataset, str):
-                splits = load_dataset(self.dataset, self.data_root, self.download)
-                data = site_test_arrays(splits, site, self.num_sites, self.partition, self.beta, self.seed)
+                self._local_test, why = dataset_batches(self.val_dataset), "its val_dataset is empty"
             else:
-                data = None
-            if data is None or len(data) == 0:
-                why = "no val_dataset given" if data is None else "its share of the test split is empty"
+                self._local_test, why = self._data.test_batches(), self._data.no_test_reason
+            if self._local_test is None:
                 self.log_warning(fl_ctx, f"{site} has no local test data ({why}); its local figures are not reported")
-            elif isinstance(data, Dataset):
-                self._local_test = DataLoader(data, batch_size=EVAL_BATCH_SIZE, shuffle=False)
-            else:
-                on_gpu = self._torch_device if self._torch_device.type == "cuda" else None
-                self._local_test = TensorBatchLoader(
-                    data,
-                    EVAL_BATCH_SIZE,
-                    test_transform(self.dataset),
-                    shuffle=False,
-                    drop_last=False,
-                    seed=0,
-                    device=on_gpu,
-                )
-            if self._local_test is not None:
-                self.log_info(fl_ctx, f"{site}: {len(data)} local test samples")
             self._local_test_ready = True
         return self._local_test
 
@@ -512,6 +502,26 @@ class FedAvgExecutor(Executor):
             fl_ctx, f"continuing job {self.resume_from_job_id}: took its {name} state, saved in round {record['round']}"
         )
         return record
+
+
+def site_data_settings(dataset, site_data: Optional[Dict[str, Any]], seed: int) -> Optional[SiteDataSettings]:
+    """The checked settings of a site's own images (``dataset`` ``"image_folder"``/``"datalist"``), else None;
+    ``site_data`` is refused with any other dataset, and required with these two."""
+    if not (isinstance(dataset, str) and dataset in SITE_DATASETS):
+        if site_data is not None:
+            raise ValueError(f"site_data is for dataset='image_folder' or 'datalist', not dataset={dataset!r}")
+        return None
+    if not isinstance(site_data, dict) or "class_names" not in site_data:
+        raise ValueError(
+            f"dataset={dataset!r} needs site_data={{'class_names': [...], ...}}: the label order, the same on every "
+            f"site; got site_data={site_data!r}"
+        )
+    if {"dataset", "seed"} & set(site_data):
+        raise ValueError("site_data takes neither 'dataset' nor 'seed': they are the executor's own arguments")
+    try:
+        return SiteDataSettings(dataset=dataset, seed=seed, **site_data)
+    except TypeError as e:  # an unknown key
+        raise ValueError(f"site_data: {e}; its keys are the SiteDataSettings fields") from e
 
 
 def check_he_context(fl_ctx: FLContext) -> None:

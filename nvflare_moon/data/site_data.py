@@ -1,0 +1,173 @@
+"""A site's own images, ready to train on: listed and checked (:mod:`.site_files`), decoded once into a memory-mapped
+uint8 copy (:mod:`.image_cache`), and split into training and held-out rows.
+
+    settings = SiteDataSettings("image_folder", class_names=("normal", "pneumonia"), image_size=64, channels=1)
+    data = load_site_data(settings, "/data/xray", "hospital-1", workspace_root)
+    loader = TensorBatchLoader(data.images, 32, settings.train_transform(), shuffle=True, drop_last=True,
+                               indices=data.train_index)
+
+The held-out rows are the site's ``test/`` split (or the datalist's ``validation`` rows) when it has one, else a
+seeded, class-stratified ``val_fraction`` of its training files. Each site uses all of its own data: there is no
+partition.
+
+Bad input is refused with the file or setting named (:class:`SiteDataError`): a class outside ``class_names``, an
+empty class folder, a manifest row pointing nowhere, grayscale and colour files mixed in one site, and more than
+``max_unreadable`` files that cannot be decoded (default 0: any unreadable file stops the job; above 0, up to that
+many are skipped with a warning naming each).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .datasets import ImageArrays
+from .image_cache import DecodedImages, load_or_decode_images
+from .site_files import SITE_DATASETS, SiteDataError, check_class_names, list_site_files
+from .transforms import BatchTransform
+from ..validation import check_choice, check_flag, check_number
+
+# Fixed statistics for images of unknown origin: pixel / 255 has mean 0.5 and std 0.25 after normalisation maps it
+# to about [-2, 2]. A job can give a site population's own with ``mean``/``std``.
+DEFAULT_MEAN, DEFAULT_STD = 0.5, 0.25
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SiteDataSettings:
+    """What every site of a job does with its own images (the same on every site; only the path is the site's).
+
+    Args:
+        dataset: ``"image_folder"`` or ``"datalist"`` (see :mod:`.site_files`).
+        class_names: the label order, identical on every site.
+        image_size: images are resized to ``image_size x image_size``.
+        channels: 1 (grayscale; the network's first layer takes one channel) or 3 (RGB).
+        mean, std: per-channel normalisation of ``pixel / 255``; None: 0.5 and 0.25 for every channel.
+        val_fraction: share of each class's training files held out where the site has no test split.
+        max_unreadable: files that cannot be decoded are skipped, with a warning, up to this many; more stop the job.
+        augment: random crop (padding ``image_size // 8``) and horizontal flip in training; False for none (e.g.
+            where left and right differ, as on chest X-rays).
+        seed: seed of the held-out draw.
+    """
+
+    dataset: str
+    class_names: tuple
+    image_size: int = 32
+    channels: int = 3
+    mean: Optional[tuple] = None
+    std: Optional[tuple] = None
+    val_fraction: float = 0.1
+    max_unreadable: int = 0
+    augment: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        check_choice("dataset", self.dataset, SITE_DATASETS)
+        object.__setattr__(self, "class_names", check_class_names(self.class_names))
+        check_number("image_size", self.image_size, low=8, integer=True)
+        check_choice("channels", self.channels, (1, 3))
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (list, tuple)) or len(value) != self.channels):
+                raise ValueError(f"{name} must be None or {self.channels} numbers (one per channel), got {value!r}")
+        check_number("val_fraction", self.val_fraction, low=0)
+        if self.val_fraction >= 1:
+            raise ValueError(f"val_fraction must be below 1 (a share of the training files), got {self.val_fraction}")
+        check_number("max_unreadable", self.max_unreadable, low=0, integer=True)
+        check_flag("augment", self.augment)
+        check_number("seed", self.seed, low=0, integer=True)
+
+    def normalization(self) -> tuple[tuple, tuple]:
+        mean = tuple(self.mean) if self.mean is not None else (DEFAULT_MEAN,) * self.channels
+        std = tuple(self.std) if self.std is not None else (DEFAULT_STD,) * self.channels
+        return mean, std
+
+    def train_transform(self) -> BatchTransform:
+        pad = self.image_size // 8 if self.augment else 0
+        return BatchTransform(*self.normalization(), pad=pad, pad_mode="reflect", flip=self.augment)
+
+    def test_transform(self) -> BatchTransform:
+        return BatchTransform(*self.normalization())
+
+
+@dataclass(frozen=True)
+class SiteData:
+    """A site's readable images and labels (``images``, memory-mapped), the rows to train on and the held-out rows."""
+
+    images: ImageArrays
+    train_index: np.ndarray
+    test_index: np.ndarray
+    class_names: tuple
+    held_out: str  # where the held-out rows come from, for the logs
+    decoded: DecodedImages
+
+    def class_counts(self, index: np.ndarray) -> list[int]:
+        return np.bincount(self.images.labels.numpy()[index], minlength=len(self.class_names)).tolist()
+
+
+def list_and_decode(settings: SiteDataSettings, root: str, site: str, workspace_root: str):
+    """``(files, decoded)``: the site's listed files and their decoded copy (made now if there is none)."""
+    files = list_site_files(settings.dataset, root, settings.class_names, site)
+    base = files.root if os.path.isdir(files.root) else os.path.dirname(files.root)
+    decoded = load_or_decode_images(
+        files.train_paths + files.test_paths, base, settings.image_size, settings.channels, workspace_root
+    )
+    return files, decoded
+
+
+def load_site_data(settings: SiteDataSettings, root: str, site: str, workspace_root: str) -> SiteData:
+    """The site's data under ``root``, checked, decoded (once per machine) and split; raises SiteDataError."""
+    files, decoded = list_and_decode(settings, root, site, workspace_root)
+    check_decoded(decoded, settings.max_unreadable, site)
+    labels = np.asarray(files.train_labels + files.test_labels, dtype=np.int64)[decoded.kept]
+    is_train = decoded.kept < len(files.train_paths)
+    if files.test_paths:
+        train_index, test_index = np.flatnonzero(is_train), np.flatnonzero(~is_train)
+        held_out = f"its test split ({len(test_index)} images)"
+    else:
+        train_index, test_index = stratified_holdout(labels, settings.val_fraction, settings.seed)
+        held_out = f"val_fraction={settings.val_fraction} of its training images ({len(test_index)})"
+    images = ImageArrays(decoded.images, torch.from_numpy(labels))
+    return SiteData(images, train_index, test_index, settings.class_names, held_out, decoded)
+
+
+def check_decoded(decoded: DecodedImages, max_unreadable: int, site: str) -> None:
+    """Refuse more than ``max_unreadable`` undecodable files, and grayscale mixed with colour; warn for the rest."""
+    bad = decoded.unreadable
+    listed = "; ".join(f"{path} ({why})" for path, why in bad[:5]) + (
+        f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+    )
+    if len(bad) > max_unreadable:
+        raise SiteDataError(
+            f"{site}: {len(bad)} image file(s) cannot be decoded, more than max_unreadable={max_unreadable}: "
+            f"{listed}. Replace or remove them (or raise max_unreadable to skip them)"
+        )
+    if bad:
+        _LOG.warning(
+            f"{site}: skipping {len(bad)} unreadable image file(s) (max_unreadable={max_unreadable}): {listed}"
+        )
+    if len(decoded.source_channels) > 1:
+        counts = ", ".join(
+            f"{n} {'grayscale' if c == '1' else 'colour'}" for c, n in sorted(decoded.source_channels.items())
+        )
+        raise SiteDataError(
+            f"{site}: the images mix grayscale and colour files ({counts}); one site's images must be all of one "
+            "kind: convert the odd ones, or check that they belong to this dataset"
+        )
+
+
+def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(train rows, held-out rows)``: ``round(fraction · n_c)`` rows of each class c held out, drawn with ``seed``;
+    both sorted."""
+    rng = np.random.default_rng(seed)
+    held = []
+    for c in np.unique(labels):
+        rows = np.flatnonzero(labels == c)
+        held.append(rng.permutation(rows)[: int(round(fraction * len(rows)))])
+    held_out = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+    return np.setdiff1d(np.arange(len(labels)), held_out), held_out

@@ -1,0 +1,207 @@
+"""A site's own images: listing, refusals by name, decoding into the memory-mapped copy, the held-out split."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from nvflare_moon.data import TensorBatchLoader
+from nvflare_moon.data import image_cache
+from nvflare_moon.data.site_data import SiteDataSettings, load_site_data, stratified_holdout
+from nvflare_moon.data.site_files import SITE_DATA_ENV, SiteDataError, list_site_files, resolve_site_root
+from nvflare_moon.models import Network
+
+from .site_images import write_datalist, write_image_folder
+
+CLASSES = ("normal", "pneumonia", "covid")
+
+
+def settings(**overrides):
+    return SiteDataSettings(**{"dataset": "image_folder", "class_names": CLASSES, "image_size": 16, **overrides})
+
+
+# ---- listing and refusals -------------------------------------------------------------------------------------------
+
+
+def test_labels_follow_class_names_not_folder_order_and_a_missing_class_is_allowed(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"pneumonia": 3, "covid": 2})  # sorted folders: covid, pneumonia
+    files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
+    assert [os.path.basename(os.path.dirname(p)) for p in files.train_paths] == ["covid"] * 2 + ["pneumonia"] * 3
+    assert files.train_labels == (2, 2, 1, 1, 1)
+    assert files.test_paths == ()
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda root: write_image_folder(root, ("normal", "other"), {"other": 2}), "class folder .*other is not in"),
+        (lambda root: (root / "train" / "normal").mkdir(parents=True), "normal holds no images"),
+        (lambda root: root.mkdir(exist_ok=True), "has no train/ folder"),
+        (lambda root: None, "does not exist"),
+    ],
+    ids=["class not in class_names", "empty class folder", "no train folder", "missing folder"],
+)
+def test_bad_folders_are_refused_by_name(tmp_path, make, expected):
+    root = tmp_path / "site"
+    make(root)
+    with pytest.raises(SiteDataError, match=expected) as refused:
+        list_site_files("image_folder", str(root), CLASSES, "hospital-2")
+    assert str(refused.value).startswith("hospital-2: ")
+
+
+def test_datalist_json_rows_are_relative_to_the_manifest(tmp_path):
+    write_datalist(tmp_path, CLASSES, {"normal": 2, "covid": 1}, {"pneumonia": 2})
+    files = list_site_files("datalist", str(tmp_path), CLASSES, "site-1")  # the folder holding datalist.json
+    assert files.train_labels == (0, 0, 2) and files.test_labels == (1, 1)
+    assert all(os.path.isfile(p) for p in files.train_paths + files.test_paths)
+
+
+def test_datalist_csv_with_a_split_column_and_index_labels(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"normal": 1, "covid": 1})
+    manifest = tmp_path / "rows.csv"
+    manifest.write_text(
+        "image,label,split\ntrain/normal/0000.png,normal,train\ntrain/covid/0000.png,2,test\n"
+        "train/normal/0000.png,0,\n"
+    )
+    files = list_site_files("datalist", str(manifest), CLASSES, "site-1")
+    assert files.train_labels == (0, 0) and files.test_labels == (2,)
+
+
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        ({"image": "images/missing.png", "label": "normal"}, r"training\[1\] points to .*missing.png, which does not"),
+        ({"image": "images/training/normal/0000.png", "label": "flu"}, r"training\[1\]: label 'flu' is not in"),
+        ({"image": "images/training/normal/0000.png", "label": 3}, r"label 3 is not in"),
+    ],
+)
+def test_datalist_rows_that_point_nowhere_or_name_an_unknown_class_are_refused(tmp_path, row, expected):
+    write_datalist(tmp_path, CLASSES, {"normal": 1})
+    manifest = json.loads((tmp_path / "datalist.json").read_text())
+    manifest["training"].append(row)
+    (tmp_path / "datalist.json").write_text(json.dumps(manifest))
+    with pytest.raises(SiteDataError, match=expected):
+        list_site_files("datalist", str(tmp_path), CLASSES, "site-1")
+
+
+def test_the_site_root_comes_from_the_job_then_the_variable_then_the_local_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(SITE_DATA_ENV, raising=False)
+    with pytest.raises(SiteDataError, match="no data location.*nvflare_moon_data.json"):
+        resolve_site_root(None, "site-1", str(tmp_path))
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"data_root": "/data/from_file"}))
+    assert resolve_site_root(None, "site-1", str(tmp_path)) == "/data/from_file"
+    monkeypatch.setenv(SITE_DATA_ENV, "/data/from_env")
+    assert resolve_site_root(None, "site-1", str(tmp_path)) == "/data/from_env"
+    assert resolve_site_root("/data/from_job", "site-1", str(tmp_path)) == "/data/from_job"
+    monkeypatch.delenv(SITE_DATA_ENV)
+    (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"root": "/x"}))
+    with pytest.raises(SiteDataError, match="cannot read data_root from"):
+        resolve_site_root(None, "site-1", str(tmp_path))
+
+
+def test_settings_name_the_bad_argument():
+    with pytest.raises(ValueError, match="channels must be one of"):
+        settings(channels=2)
+    with pytest.raises(ValueError, match="class_names must be at least two distinct"):
+        settings(class_names=("a", "a"))
+    with pytest.raises(ValueError, match="mean must be None or 1 numbers"):
+        settings(channels=1, mean=(0.5, 0.5, 0.5))
+    with pytest.raises(ValueError, match="val_fraction must be below 1"):
+        settings(val_fraction=1.0)
+
+
+# ---- decoding -------------------------------------------------------------------------------------------------------
+
+
+def test_pixels_are_resized_converted_and_16_bit_scaled(tmp_path):
+    Image.new("RGB", (20, 24), (10, 200, 30)).save(tmp_path / "rgb.png")
+    Image.fromarray(np.full((24, 20), 100 * 257, dtype=np.uint16)).save(tmp_path / "deep.png")
+    pixels, size, source = image_cache.decode_image(str(tmp_path / "rgb.png"), 16, 3)
+    assert pixels.shape == (3, 16, 16) and size == (20, 24) and source == 3
+    assert pixels[:, 5, 5].tolist() == [10, 200, 30]  # a uniform image stays uniform through the resize
+    pixels, _, source = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 1)
+    assert source == 1 and pixels.shape == (1, 16, 16) and int(pixels.min()) == int(pixels.max()) == 100
+    replicated, _, _ = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 3)
+    assert replicated.shape == (3, 16, 16) and (replicated == 100).all()
+
+
+def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_changes(tmp_path, monkeypatch):
+    write_image_folder(tmp_path, CLASSES, {"normal": 4, "covid": 3}, {"normal": 2})
+    first = load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert tuple(first.images.images.shape) == (9, 3, 16, 16)
+    assert first.images.labels.tolist() == [2, 2, 2, 0, 0, 0, 0, 0, 0]  # train (covid, normal), then test
+    assert first.train_index.tolist() == list(range(7)) and first.test_index.tolist() == [7, 8]
+    assert os.path.dirname(first.decoded.folder) == str(tmp_path / ".nvflare_moon_decoded")
+
+    def no_decoding(*args):
+        raise AssertionError("decoded again")
+
+    monkeypatch.setattr(image_cache, "decode_image", no_decoding)
+    again = load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert again.decoded.folder == first.decoded.folder
+    assert torch.equal(again.images.images, first.images.images)
+    monkeypatch.undo()
+    Image.new("RGB", (20, 24)).save(tmp_path / "train" / "normal" / "0000.png")  # a replaced image
+    changed = load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert changed.decoded.folder != first.decoded.folder
+
+
+def test_a_folder_that_cannot_be_written_decodes_into_the_workspace(tmp_path):
+    root = write_image_folder(tmp_path / "mount", CLASSES, {"normal": 2, "covid": 2})
+    (root / ".nvflare_moon_decoded").write_text("not a folder")  # as on a read-only mount: nothing can be made here
+    data = load_site_data(settings(val_fraction=0.5), str(root), "site-1", str(tmp_path / "ws"))
+    assert data.decoded.folder.startswith(str(tmp_path / "ws" / ".nvflare_moon_decoded"))
+    assert len(data.train_index) == 2 and len(data.test_index) == 2
+
+
+def test_unreadable_files_stop_the_site_unless_skipping_is_allowed(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"normal": 3, "covid": 2})
+    broken = tmp_path / "train" / "covid" / "0001.png"
+    broken.write_bytes(broken.read_bytes()[:40])  # truncated
+    with pytest.raises(SiteDataError, match=r"1 image file\(s\) cannot be decoded.*covid/0001.png"):
+        load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    data = load_site_data(settings(max_unreadable=1, val_fraction=0), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert data.decoded.kept.tolist() == [0, 2, 3, 4] and data.images.labels.tolist() == [2, 0, 0, 0]
+    assert data.decoded.unreadable[0][0] == os.path.join("train", "covid", "0001.png")
+
+
+def test_grayscale_mixed_with_colour_is_refused(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"normal": 2}, mode="L")
+    write_image_folder(tmp_path, CLASSES, {"covid": 1}, mode="RGB")
+    with pytest.raises(SiteDataError, match=r"mix grayscale and colour files \(2 grayscale, 1 colour\)"):
+        load_site_data(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
+
+
+# ---- the held-out split and the batches -----------------------------------------------------------------------------
+
+
+def test_the_holdout_takes_the_rounded_fraction_of_each_class_and_depends_on_the_seed_only():
+    labels = np.array([0] * 10 + [1] * 4 + [2] * 1)
+    train, held = stratified_holdout(labels, 0.25, seed=3)
+    assert np.bincount(labels[held], minlength=3).tolist() == [2, 1, 0]  # round(2.5), round(1.0), round(0.25)
+    assert sorted(train.tolist() + held.tolist()) == list(range(15))
+    assert stratified_holdout(labels, 0.25, seed=3)[1].tolist() == held.tolist()
+    assert stratified_holdout(labels, 0.25, seed=4)[1].tolist() != held.tolist()
+
+
+def test_batches_come_from_the_given_rows_only(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"normal": 6, "pneumonia": 6, "covid": 6})
+    data = load_site_data(settings(val_fraction=0.5, augment=False), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    loader = TensorBatchLoader(
+        data.images, 4, settings().test_transform(), shuffle=True, drop_last=False, seed=0, indices=data.test_index
+    )
+    seen = torch.cat([y for _, y in loader])
+    assert len(loader) == 3 and sorted(seen.tolist()) == sorted(data.images.labels[data.test_index].tolist())
+    x, _ = next(iter(loader))
+    assert x.shape == (4, 3, 16, 16) and x.dtype == torch.float32
+
+
+def test_the_network_takes_one_channel_and_larger_images():
+    model = Network(num_classes=3, in_channels=1, image_size=64)
+    assert model.backbone[0].in_channels == 1 and model.backbone[7].in_features == 16 * 13 * 13
+    assert model(torch.zeros(2, 1, 64, 64)).logits.shape == (2, 3)
+    assert Network().state_dict().keys() == Network(in_channels=1, image_size=64).state_dict().keys()

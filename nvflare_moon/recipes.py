@@ -22,6 +22,7 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
+from nvflare.apis.job_def import ALL_SITES, SERVER_SITE_NAME
 from nvflare.apis.executor import Executor
 from nvflare.apis.filter import Filter
 from nvflare.app_common.widgets.convert_to_fed_event import ConvertToFedEvent
@@ -35,6 +36,8 @@ from nvflare.job_config.script_runner import FrameworkType
 from nvflare.recipe.spec import Recipe
 
 from .data import NUM_CLASSES
+from .data.site_files import SITE_DATASETS
+from .executors.fedavg import site_data_settings
 from .executors import (
     FedAvgExecutor,
     FedProxExecutor,
@@ -71,7 +74,10 @@ from .validation import check_number
 
 # MOON's best μ per dataset in the MOON paper (Li, He and Song, CVPR 2021, Sec. 4.2: 5 on CIFAR-10, 1 on CIFAR-100 and
 # Tiny-ImageNet; 10 with 50 or more sites, which the scalability jobs set). "synthetic" stands in for CIFAR-10.
-MOON_MU = {"cifar10": 5.0, "cifar100": 1.0, "tinyimagenet": 1.0, "synthetic": 5.0}
+# A site's own images get 1, the paper's value on every dataset but CIFAR-10.
+MOON_MU = {"cifar10": 5.0, "cifar100": 1.0, "tinyimagenet": 1.0, "synthetic": 5.0, "image_folder": 1.0, "datalist": 1.0}
+# What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
+PER_SITE_KEYS = ("data_root", "device", "num_threads")
 
 _BYOC_README = os.path.join(os.path.dirname(__file__), "job_custom", "README.md")
 
@@ -96,11 +102,16 @@ class FedAvgBaselineRecipe(Recipe):
         sample_fraction: partial participation: each round trains ``round(num_sites·sample_fraction)`` sites drawn
             from ``seed`` and the round (:class:`SampledFedAvg`); the paper uses 0.2 with 100 sites. It needs
             ``min_clients == num_sites``, so that every site is there for the draw. 1 trains every site.
-        dataset, data_root, download, partition, beta, seed, local_epochs, batch_size, lr, momentum, weight_decay,
-        device, num_threads: passed to the executor (see :class:`FedAvgExecutor`).
+        dataset, data_root, download, site_data, partition, beta, seed, local_epochs, batch_size, lr, momentum,
+            weight_decay, device, num_threads: passed to the executor (see :class:`FedAvgExecutor`). With
+            ``dataset="image_folder"`` or ``"datalist"`` every site trains on its own images (``site_data`` gives
+            ``class_names`` and the image settings; see ``docs/hospital_data.md``), and ``data_root`` is each site's
+            own path: leave it unset for the sites to choose, or give one per site with
+            ``set_per_site_config(recipe, {"hospital-1": {"data_root": ...}})`` (keys: :data:`PER_SITE_KEYS`).
         server_evaluation: evaluate every round's global model on the server's copy of the test split (the papers'
             figure and the key metric). False where the server holds no data: the key metric is then the weighted
-            mean of the sites' local accuracy of the global model.
+            mean of the sites' local accuracy of the global model. Default: True for a named dataset, False for the
+            sites' own images (the server has none).
         stop_cond: NVFlare's early stopping, ``"<metric> >= <value>"`` on the round's metrics: ``test_accuracy``
             (server evaluation) or the weighted means of the sites' figures (``accuracy``, ``local_model_accuracy``,
             ``train_loss``, ...). With it, NVFlare's ``FedAvg`` saves ``FL_global_model.pt`` only when the metric
@@ -133,6 +144,7 @@ class FedAvgBaselineRecipe(Recipe):
         dataset: str = "cifar10",
         data_root: Optional[str] = None,
         download: bool = True,
+        site_data: Optional[Dict[str, Any]] = None,
         arch: str = "simple_cnn",
         out_dim: int = 256,
         partition: str = "dirichlet",
@@ -146,7 +158,7 @@ class FedAvgBaselineRecipe(Recipe):
         device: str = "auto",
         num_threads: Optional[int] = None,
         sample_fraction: float = 1.0,
-        server_evaluation: bool = True,
+        server_evaluation: Optional[bool] = None,
         stop_cond: Optional[str] = None,
         patience: Optional[int] = None,
         byoc: bool = True,
@@ -168,8 +180,16 @@ class FedAvgBaselineRecipe(Recipe):
             raise ValueError(
                 f"sample_fraction={sample_fraction} samples from all sites: set min_clients={num_sites} (= num_sites)"
             )
-        if dataset not in NUM_CLASSES:
-            raise ValueError(f"dataset must be one of {sorted(NUM_CLASSES)}, got {dataset!r}")
+        if dataset not in MOON_MU:
+            raise ValueError(f"dataset must be one of {sorted(MOON_MU)}, got {dataset!r}")
+        own_images = dataset in SITE_DATASETS
+        if server_evaluation is None:
+            server_evaluation = not own_images
+        if server_evaluation and own_images:
+            raise ValueError(
+                f"server_evaluation=True needs a test split on the server, which dataset={dataset!r} (the sites' own "
+                "images) does not have; set server_evaluation=False: the key metric is then the sites' local accuracy"
+            )
         if stop_cond is not None:
             try:
                 parse_compare_criteria(stop_cond)
@@ -193,6 +213,8 @@ class FedAvgBaselineRecipe(Recipe):
         self.num_rounds = num_rounds
         self.num_sites = num_sites
         self.dataset = dataset
+        self.site_data = site_data
+        self.data_root = data_root
         self.out_dim = out_dim
         self.seed = seed
         self.sample_fraction = sample_fraction
@@ -206,35 +228,50 @@ class FedAvgBaselineRecipe(Recipe):
         self.allow_partial_updates = withholds_entries(privacy_filters)  # for make_aggregator
         self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
 
+        image_settings = site_data_settings(dataset, site_data, seed)  # checked here, where the job is built
+        if image_settings is not None:
+            self.num_classes = len(image_settings.class_names)
+            image_args = dict(in_channels=image_settings.channels, image_size=image_settings.image_size)
+        else:
+            self.num_classes = NUM_CLASSES[dataset]
+            image_args = {}
+
         def network() -> Network:
             return Network(
-                arch=arch, num_classes=NUM_CLASSES[dataset], out_dim=out_dim, seed=seed, **self.extra_network_args()
+                arch=arch,
+                num_classes=self.num_classes,
+                out_dim=out_dim,
+                seed=seed,
+                **image_args,
+                **self.extra_network_args(),
             )
 
         data_args = dict(dataset=dataset, data_root=data_root, download=download)
-        executor = self.make_executor(
-            dict(
-                model=network(),
-                **data_args,
-                num_sites=num_sites,
-                partition=partition,
-                beta=beta,
-                seed=seed,
-                local_epochs=local_epochs,
-                batch_size=batch_size,
-                lr=lr,
-                momentum=momentum,
-                weight_decay=weight_decay,
-                device=device,
-                num_threads=num_threads,
-                send_weight_diff=sends_weight_diff(privacy_filters),
-                encrypted_aggregation=encryption is not None,
-            )
+        self._executor_args = dict(
+            model=network(),
+            **data_args,
+            site_data=site_data,
+            num_sites=num_sites,
+            partition=partition,
+            beta=beta,
+            seed=seed,
+            local_epochs=local_epochs,
+            batch_size=batch_size,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            device=device,
+            num_threads=num_threads,
+            send_weight_diff=sends_weight_diff(privacy_filters),
+            encrypted_aggregation=encryption is not None,
         )
+        executor = self.make_executor(self._executor_args)  # every argument checked before anything is built
+        self._tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
+        self.per_site_config: Optional[Dict[str, Dict[str, Any]]] = None
 
         job = FedJob(name=name, min_clients=min_clients)
         job.set_app_packages(["nvflare_moon"])
-        tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
+        tasks = self._tasks
         if encryption is not None:
             add_encrypted_server(job, network(), min_clients, num_rounds, tasks[0])
             job.to_server(SiteMetricsRecorder(model=network()), id="global_evaluator")
@@ -257,18 +294,56 @@ class FedAvgBaselineRecipe(Recipe):
             job.to_server(controller, id="controller")
             test_data = dict(data_args) if server_evaluation else dict(dataset=None)
             job.to_server(GlobalModelEvaluator(model=network(), **test_data, device=device), id="global_evaluator")
-        job.to_server(ShardCoverageCheck(num_sites=num_sites), id="shard_coverage_check")
+        if not own_images:  # the sites' own images are not shards of one split: nothing to cover
+            job.to_server(ShardCoverageCheck(num_sites=num_sites), id="shard_coverage_check")
         job.to_server(RunOutcomeCheck(controller_id="controller"), id="run_outcome_check")
-        job.to_clients(executor, tasks=tasks)
-        job.to_clients(ConvertToFedEvent(events_to_convert=[ANALYTIC_EVENT_TYPE]), id="event_to_fed")
         if byoc:
-            marker = _byoc_marker()
-            job.to_server(marker)
-            job.to_clients(marker)
+            job.to_server(_byoc_marker())
         super().__init__(job)
-        add_update_filters(self, quantization, privacy_filters, tasks[0], tasks[1:])
-        if encryption is not None:
-            add_encryption_filters(self, *tasks)
+
+    def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
+        """NVFlare's ``set_per_site_config``: one client app per named site, with that site's :data:`PER_SITE_KEYS`
+        (its data path, device, threads); refused for any other key, so that nothing is silently ignored."""
+        for site, overrides in config.items():
+            if site in (ALL_SITES, SERVER_SITE_NAME):
+                raise ValueError(f"set_per_site_config: {site!r} is not a site name")
+            unknown = sorted(set(overrides) - set(PER_SITE_KEYS))
+            if unknown:
+                raise ValueError(
+                    f"set_per_site_config: {unknown} for site {site!r} cannot differ between sites in "
+                    f"{type(self).__name__}; a site may set only {list(PER_SITE_KEYS)}"
+                )
+            self.make_executor({**self._executor_args, **overrides})  # refused now, not when the job is exported
+        if len(config) < self.min_clients:
+            raise ValueError(
+                f"set_per_site_config names {len(config)} site(s) but min_clients={self.min_clients}: name every site"
+            )
+        self.per_site_config = config
+
+    def _prepare_client_apps(self) -> None:
+        """The clients' apps: one for every site, or one per site named by ``set_per_site_config``; then the
+        clients' filters (quantization, privacy, encryption), which go to every app."""
+        sites = self.per_site_config or {None: {}}
+        for site, overrides in sites.items():
+            executor = self.make_executor({**self._executor_args, **overrides})
+            for component, kwargs in (
+                (executor, dict(tasks=self._tasks)),
+                (ConvertToFedEvent(events_to_convert=[ANALYTIC_EVENT_TYPE]), dict(id="event_to_fed")),
+            ):
+                if site is None:
+                    self._job.to_clients(component, **kwargs)
+                else:
+                    self._job.to(component, site, **kwargs)
+            if self.byoc:
+                self._job.to(_byoc_marker(), ALL_SITES if site is None else site)
+
+    def _ensure_client_apps_prepared(self) -> None:
+        if self._client_apps_prepared:
+            return
+        super()._ensure_client_apps_prepared()
+        add_update_filters(self, self.quantization, self.privacy_filters, self._tasks[0], self._tasks[1:])
+        if self.encryption is not None:
+            add_encryption_filters(self, *self._tasks)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return FedAvgExecutor(**common_args)
@@ -453,7 +528,7 @@ class FedSSCRecipe(MoonRecipe):
 
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(
-            num_classes=NUM_CLASSES[self.dataset],
+            num_classes=self.num_classes,
             prototype_dim=self.out_dim,
             min_class_count=self.min_class_count,
             seed=self.seed,

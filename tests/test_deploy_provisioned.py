@@ -7,6 +7,7 @@ deploy/allow_plugin.py has put the plugin on the allow-lists of the server and t
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import yaml
 from nvflare.lighter.utils import update_storage_locations
 
 from nvflare_moon import submit
+from nvflare_moon.recipes import MoonRecipe
 
 from .conftest import REPO
 from .federation import (
@@ -31,6 +33,7 @@ from .federation import (
     saved_state,
     wait_until,
 )
+from .site_images import write_image_folder
 
 pytestmark = pytest.mark.deploy
 SERVER = "localhost"  # the server's name is the host the sites dial: on a test machine, loopback
@@ -134,3 +137,50 @@ def test_a_job_without_custom_runs_only_where_the_sites_allow_the_plugin(federat
     assert again.returncode == 0 and again.stdout.count("already allows the plugin") == 2, again.stdout
     allow_list = json.loads((kits / HOSPITALS[0] / "local" / "resources.json").read_text())["class_allow_list"]
     assert allow_list.count("nvflare_moon.") == 1 and "nvflare.app_common.workflows.fedavg.FedAvg" in allow_list
+
+
+def test_two_hospitals_train_on_their_own_image_folders_at_paths_only_they_know(federation):
+    """docs/hospital_data.md on the provisioned federation: each hospital names its own folder in its kit's
+    local/nvflare_moon_data.json; the job (no custom/, no path in it) is submitted with our CLI and reports each
+    hospital's accuracy."""
+    kits, session, root = federation
+    allowed = run_script("deploy/allow_plugin.py", *(str(kits / name) for name in [SERVER, *HOSPITALS]), env=os.environ)
+    assert allowed.returncode == 0, allowed.stdout
+    classes = ["normal", "pneumonia", "covid"]
+    folders = {
+        "hospital-1": write_image_folder(
+            root / "h1_pacs" / "export", classes, {"normal": 20, "pneumonia": 20, "covid": 12}
+        ),
+        "hospital-2": write_image_folder(root / "h2_share" / "xray", classes, {"normal": 24, "pneumonia": 16}, seed=3),
+    }  # hospital-2 has no covid images
+    for hospital, folder in folders.items():
+        (kits / hospital / "local" / "nvflare_moon_data.json").write_text(json.dumps({"data_root": str(folder)}))
+    recipe = MoonRecipe(
+        name="hospital_images",
+        dataset="image_folder",
+        site_data={"class_names": classes, "image_size": 16, "channels": 3},
+        min_clients=2,
+        num_rounds=ROUNDS,
+        local_epochs=1,
+        batch_size=8,
+        lr=0.05,
+        num_threads=1,
+        byoc=False,
+    )
+    recipe.export(str(root / "jobs"))
+    job_dir = root / "jobs" / "hospital_images"
+    assert (
+        not (job_dir / "app" / "custom").exists()
+        and str(root) not in (job_dir / "app" / "config" / "config_fed_client.json").read_text()
+    )
+
+    command = [sys.executable, "-m", "nvflare_moon.submit", str(job_dir), "--startup-kit", str(kits / ADMIN)]
+    command += ["--download", str(root / "hospital_results"), "--timeout", "240"]
+    submitted = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    for hospital in HOSPITALS:
+        assert re.search(
+            rf"^  {hospital}: accuracy 0\.\d{{4}}, local_model_accuracy 0\.\d{{4}}$", submitted.stdout, re.M
+        )
+    for hospital, folder in folders.items():  # decoded on the hospital's machine, beside its images
+        assert len(list((folder / ".nvflare_moon_decoded").iterdir())) == 1

@@ -4,6 +4,7 @@ import filecmp
 import json
 
 import pytest
+from nvflare.recipe.utils import set_per_site_config
 
 from nvflare_moon.executors import FedAvgExecutor, MoonExecutor
 from nvflare_moon.export_jobs import JOBS, export_all
@@ -66,12 +67,30 @@ def test_main_job_has_the_papers_defaults():
         ({"beta": 0}, "beta"),
         ({"lr": float("nan")}, "lr"),
         ({"partition": "shards"}, "partition"),
-        ({"data_root": "/no/such/folder", "download": False}, "data_root"),
+        ({"dataset": "image_folder"}, "needs site_data="),
+        ({"dataset": "image_folder", "site_data": {"class_names": ["a", "b"], "image_size": 0}}, "image_size"),
+        ({"dataset": "datalist", "site_data": {"class_names": ["a", "b"], "colour": True}}, "site_data: .*colour"),
+        ({"site_data": {"class_names": ["a", "b"]}}, "site_data is for dataset='image_folder'"),
     ],
 )
 def test_bad_executor_arguments_are_refused_by_name(kwargs, name):
     with pytest.raises(ValueError, match=name):
         MoonExecutor(model=Network(), **kwargs)
+
+
+def test_a_data_path_is_the_sites_and_is_not_checked_where_the_job_is_built():
+    MoonExecutor(model=Network(), data_root="/data/{SITE_NAME}/cifar", download=False)
+    MoonExecutor(model=Network(num_classes=2), dataset="image_folder", site_data={"class_names": ["a", "b"]})
+
+
+def test_per_site_settings_are_refused_unless_a_site_may_set_them():
+    recipe = MoonRecipe(min_clients=2, dataset="image_folder", site_data={"class_names": ["a", "b"]})
+    with pytest.raises(ValueError, match=r"\['lr'\] for site 'site-2' cannot differ between sites in MoonRecipe"):
+        set_per_site_config(recipe, {"site-1": {"data_root": "/a"}, "site-2": {"lr": 0.1}})
+    with pytest.raises(ValueError, match="names 1 site\\(s\\) but min_clients=2"):
+        set_per_site_config(recipe, {"site-1": {"data_root": "/a"}})
+    with pytest.raises(ValueError, match="server_evaluation=True needs a test split on the server"):
+        MoonRecipe(dataset="datalist", site_data={"class_names": ["a", "b"]}, server_evaluation=True)
 
 
 def test_executor_needs_a_module():

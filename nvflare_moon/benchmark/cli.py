@@ -3,6 +3,7 @@
     python -m nvflare_moon.benchmark --protocol quick [--methods fedavg,moon] [--out benchmark_results]
     python -m nvflare_moon.benchmark --protocol quick --dataset synthetic --rounds 2 --sites 3 --out /tmp/smoke
     python -m nvflare_moon.benchmark --list
+    python -m nvflare_moon.benchmark verify-docs     # the docs' figures against the committed records (.verify_docs)
 
 Each run is a real NVFlare simulator job (SOLO: its script) exported with the protocol's settings; finished runs are
 recorded in ``<out>/runs/`` and skipped when the same command runs again. ``<out>/<protocol>/`` receives

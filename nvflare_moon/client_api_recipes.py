@@ -50,7 +50,14 @@ class _ScriptRecipe(FedAvgRecipe):
         super().__init__(aggregator=self.make_aggregator(), **kwargs)
         # our classes come from the installed package; a copy in the job's custom/ would shadow it, partially
         self._job.set_app_packages(["nvflare_moon"])
-        add_update_filters(self, quantization, [], "train", ["validate", "submit_model"])  # ClientAPIExecutor's tasks
+
+    def _ensure_client_apps_prepared(self) -> None:
+        """The clients' filters go in once their apps exist, so that ``set_per_site_config`` still works after
+        construction (NVFlare closes it once a client filter is added)."""
+        if self._client_apps_prepared:
+            return
+        super()._ensure_client_apps_prepared()
+        add_update_filters(self, self.quantization, [], "train", ["validate", "submit_model"])  # ClientAPIExecutor's
 
     def make_aggregator(self) -> ModelAggregator:
         return WeightedFedAvgAggregator()

@@ -1,8 +1,6 @@
-"""The user's own code: a backbone, the network MOON trains, and a site's own image folder."""
+"""The user's own code: a backbone and the network MOON trains. The sites' images need no code (``dataset="image_folder"``)."""
 
 import torch.nn as nn
-from torch.utils.data import Dataset
-from torchvision import datasets, transforms
 
 from nvflare_moon.models import ProjectionModel
 
@@ -34,21 +32,3 @@ class HospitalNet(ProjectionModel):
     def __init__(self, num_classes: int = 2):
         super().__init__(TinyBackbone(feat_dim=64), feat_dim=64, num_classes=num_classes, out_dim=32)
         self.num_classes = num_classes
-
-
-class HospitalImages(Dataset):
-    """This site's own images, ``root/<class>/<image>``, as normalised 32×32 tensors."""
-
-    def __init__(self, root: str, image_size: int = 32):
-        self.root = root
-        self.image_size = image_size
-        to_tensor = transforms.Compose(
-            [transforms.Resize((image_size, image_size)), transforms.ToTensor(), transforms.Normalize(0.5, 0.5)]
-        )
-        self._images = datasets.ImageFolder(root, transform=to_tensor)
-
-    def __len__(self):
-        return len(self._images)
-
-    def __getitem__(self, index):
-        return self._images[index]

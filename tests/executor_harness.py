@@ -26,7 +26,7 @@ PROJECTION_DIM = 4
 def site_context(run_dir: Path, site: str = "site-1", job: str = "job-1") -> FLContext:
     """What the executors read from NVFlare's context: the site's name, the job id and the job's run folder."""
     ctx = FLContext()
-    workspace = SimpleNamespace(get_run_dir=lambda job_id: str(run_dir / job_id))
+    workspace = SimpleNamespace(get_run_dir=lambda job_id: str(run_dir / job_id), get_root_dir=lambda: str(run_dir))
     engine = SimpleNamespace(get_workspace=lambda: workspace, fire_event=lambda event, ctx: None)
     for key, value in ((ReservedKey.ENGINE, engine), (ReservedKey.RUN_NUM, job), (ReservedKey.IDENTITY_NAME, site)):
         ctx.set_prop(key, value, private=True, sticky=False)

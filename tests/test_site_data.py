@@ -6,14 +6,19 @@ import os
 import numpy as np
 import pytest
 import torch
+from nvflare.apis.fl_constant import ReturnCode
+from nvflare.app_common.app_constant import AlgorithmConstants
 from PIL import Image
 
+from nvflare_moon import executors
+from nvflare_moon.core.weights import state_dict_to_numpy
 from nvflare_moon.data import TensorBatchLoader
 from nvflare_moon.data import image_cache
 from nvflare_moon.data.site_data import SiteDataSettings, load_site_data, stratified_holdout
 from nvflare_moon.data.site_files import SITE_DATA_ENV, SiteDataError, list_site_files, resolve_site_root
 from nvflare_moon.models import Network
 
+from .executor_harness import run_task, site_context, started
 from .site_images import write_datalist, write_image_folder
 
 CLASSES = ("normal", "pneumonia", "covid")
@@ -63,8 +68,7 @@ def test_datalist_csv_with_a_split_column_and_index_labels(tmp_path):
     write_image_folder(tmp_path, CLASSES, {"normal": 1, "covid": 1})
     manifest = tmp_path / "rows.csv"
     manifest.write_text(
-        "image,label,split\ntrain/normal/0000.png,normal,train\ntrain/covid/0000.png,2,test\n"
-        "train/normal/0000.png,0,\n"
+        "image,label,split\ntrain/normal/0000.png,normal,train\ntrain/covid/0000.png,2,test\ntrain/normal/0000.png,0,\n"
     )
     files = list_site_files("datalist", str(manifest), CLASSES, "site-1")
     assert files.train_labels == (0, 0) and files.test_labels == (2,)
@@ -205,3 +209,33 @@ def test_the_network_takes_one_channel_and_larger_images():
     assert model.backbone[0].in_channels == 1 and model.backbone[7].in_features == 16 * 13 * 13
     assert model(torch.zeros(2, 1, 64, 64)).logits.shape == (2, 3)
     assert Network().state_dict().keys() == Network(in_channels=1, image_size=64).state_dict().keys()
+
+
+# ---- every method's executor on a site's own images -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "executor_class, meta",
+    [
+        (executors.FedAvgExecutor, None),
+        (executors.FedProxExecutor, {AlgorithmConstants.FEDPROX_MU: 0.01}),
+        (executors.MoonExecutor, None),
+        (executors.FedSSCExecutor, None),
+        (executors.FedSiamDAExecutor, None),
+    ],
+    ids=lambda value: getattr(value, "__name__", ""),
+)
+def test_every_method_trains_a_round_on_a_sites_own_images(tmp_path, executor_class, meta):
+    root = write_image_folder(tmp_path / "images", CLASSES, {"normal": 10, "pneumonia": 10, "covid": 10})
+    site_data = {"class_names": list(CLASSES), "image_size": 16, "channels": 1}
+    predictor = 16 if executor_class is executors.FedSiamDAExecutor else None
+    model = Network(num_classes=3, in_channels=1, image_size=16, out_dim=8, predictor_hidden_dim=predictor)
+    executor = executor_class(
+        model=model, dataset="image_folder", site_data=site_data, data_root=str(root), batch_size=4, local_epochs=1
+    )
+    ctx = site_context(tmp_path / "ws")
+    started(executor, ctx)
+    code, reply = run_task(executor, ctx, state_dict_to_numpy(model), meta=meta)
+    assert code == ReturnCode.OK
+    assert reply.meta["num_samples"] == 27  # 10 per class, round(0.1 · 10) = 1 of each held out
+    assert 0 <= reply.metrics["accuracy"] <= 1 and "local_model_accuracy" in reply.metrics

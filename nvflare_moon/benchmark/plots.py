@@ -10,6 +10,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..data import load_dataset, site_partition  # noqa: E402
+from ..data.label_plot import plot_label_distribution  # noqa: E402
 from .tables import Group, curve, target_analysis  # noqa: E402
 
 
@@ -93,15 +94,7 @@ def partition(dataset: str, num_sites: int, beta: float, seed: int, path: str, d
     labels = splits.train.labels.numpy()
     parts = site_partition(splits, num_sites, "dirichlet", beta, seed)
     counts = np.stack([np.bincount(labels[idx], minlength=splits.num_classes) for idx in parts])  # [sites, classes]
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * num_sites + 3), 4.2))
-    colors = plt.get_cmap("tab10" if splits.num_classes <= 10 else "tab20")
-    bottom = np.zeros(num_sites)
     names: Sequence[str] = splits.class_names or [str(k) for k in range(splits.num_classes)]
-    for k in range(splits.num_classes):
-        ax.bar(np.arange(1, num_sites + 1), counts[:, k], bottom=bottom, color=colors(k % colors.N), label=names[k])
-        bottom += counts[:, k]
-    ax.set_xticks(np.arange(1, num_sites + 1), [f"site-{i}" for i in range(1, num_sites + 1)], rotation=45, fontsize=8)
-    ax.set(ylabel="training samples", title=f"{dataset}: {num_sites} sites, Dirichlet β = {beta:g}, seed {seed}")
-    if splits.num_classes <= 20:
-        ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _close(fig, path)
+    sites = [f"site-{i}" for i in range(1, num_sites + 1)]
+    title = f"{dataset}: {num_sites} sites, Dirichlet β = {beta:g}, seed {seed}"
+    return plot_label_distribution(counts, sites, names, path, title)

@@ -2,7 +2,8 @@
 
 The network exposes its representation: ``features(x)`` is the 84-dimensional input of the classifier, which MOON and
 FedSSC contrast; ``forward`` is ``classifier(features(x))``. ``with_predictor=True`` adds the small SimSiam predictor
-FedSiam-DA needs (84 → 32 → 84).
+FedSiam-DA needs (84 → 32 → 84). ``num_classes`` sizes the classifier (10 for CIFAR-10; a hospital's own classes in
+``client_moon_site_data.py``).
 """
 
 import argparse
@@ -15,15 +16,16 @@ from torch.utils.data import Dataset, TensorDataset
 
 
 class Net(nn.Module):
-    def __init__(self, with_predictor: bool = False):
+    def __init__(self, with_predictor: bool = False, num_classes: int = 10):
         super().__init__()
         self.with_predictor = with_predictor
+        self.num_classes = num_classes
         self.conv1 = nn.Conv2d(3, 6, 5)
         self.pool = nn.MaxPool2d(2, 2)
         self.conv2 = nn.Conv2d(6, 16, 5)
         self.fc1 = nn.Linear(16 * 5 * 5, 120)
         self.fc2 = nn.Linear(120, 84)
-        self.classifier = nn.Linear(84, 10)
+        self.classifier = nn.Linear(84, num_classes)
         if with_predictor:
             self.predictor = nn.Sequential(nn.Linear(84, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 84))
 
@@ -37,12 +39,17 @@ class Net(nn.Module):
         return self.classifier(self.features(x))
 
 
-def parse_script_args() -> argparse.Namespace:
-    """The settings every script of this example takes (``job.py`` passes them as ``train_args``)."""
+def parse_script_args(site_data: bool = False) -> argparse.Namespace:
+    """The settings every script of this example takes (``job.py`` passes them as ``train_args``). ``site_data``:
+    those of ``client_moon_site_data.py``, the site's own image folder, instead of CIFAR-10's."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])
-    parser.add_argument("--data_root", default="/tmp/nvflare/data")
-    parser.add_argument("--num_sites", type=int, default=2)
+    if site_data:
+        parser.add_argument("--data_root", "--data-root", default=None, help="the site's folder (default: by its name)")
+        parser.add_argument("--class_names", required=True, help="the label order, comma-separated, on every site")
+    else:
+        parser.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])
+        parser.add_argument("--data_root", default="/tmp/nvflare/data")
+        parser.add_argument("--num_sites", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.01)

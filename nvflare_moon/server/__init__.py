@@ -8,6 +8,7 @@ Importing this package inside NVFlare's simulator also keeps the simulator's sit
 from ..simulator_sites import keep_simulator_site_names_apart
 
 from .aggregators import WeightedFedAvgAggregator
+from .data_check import DataCheckController
 from .dual_aggregation import DualAggregator
 from .evaluator import GlobalModelEvaluator, SiteMetricsRecorder
 from .prototypes import PrototypeSharingAggregator
@@ -18,6 +19,7 @@ from .settings import SettingsFedAvg, TrainTaskSettings
 
 __all__ = [
     "WeightedFedAvgAggregator",
+    "DataCheckController",
     "GlobalModelEvaluator",
     "SampledFedAvg",
     "ScaffoldAggregator",

@@ -1,0 +1,56 @@
+"""``set_per_site_config`` for our recipes: one client app per named site, differing only in the keys a site may set
+(where its data is, what it computes on), every other key refused so that nothing is silently ignored."""
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from nvflare.apis.job_def import ALL_SITES, SERVER_SITE_NAME
+from nvflare.job_config.api import FedJob
+
+# the components of one site's app, made from that site's overrides: [(component, FedJob.to's keyword arguments)]
+ClientComponents = Callable[[Dict[str, Any]], List[Tuple[Any, Dict[str, Any]]]]
+
+
+def check_per_site_config(
+    config: Dict[str, Dict[str, Any]],
+    allowed_keys: Sequence[str],
+    min_clients: int,
+    recipe_name: str,
+    check_site: Callable[[Dict[str, Any]], Any],
+) -> Dict[str, Dict[str, Any]]:
+    """``config`` (site -> overrides) once every site is a site name with only ``allowed_keys``, ``check_site`` has
+    accepted each site's overrides (it raises to refuse them: now, not when the job is exported), and at least
+    ``min_clients`` sites are named."""
+    for site, overrides in config.items():
+        if site in (ALL_SITES, SERVER_SITE_NAME):
+            raise ValueError(f"set_per_site_config: {site!r} is not a site name")
+        unknown = sorted(set(overrides) - set(allowed_keys))
+        if unknown:
+            raise ValueError(
+                f"set_per_site_config: {unknown} for site {site!r} cannot differ between sites in {recipe_name}; "
+                f"a site may set only {list(allowed_keys)}"
+            )
+        check_site(overrides)
+    if len(config) < min_clients:
+        raise ValueError(
+            f"set_per_site_config names {len(config)} site(s) but min_clients={min_clients}: name every site"
+        )
+    return config
+
+
+def add_client_apps(
+    job: FedJob,
+    per_site_config: Optional[Dict[str, Dict[str, Any]]],
+    components: ClientComponents,
+    files: Iterable[str] = (),
+) -> None:
+    """The clients' apps: one for every site (``per_site_config`` None), or one per named site, each with
+    ``components(its overrides)`` and ``files`` (e.g. the BYOC marker)."""
+    files = list(files)
+    for site, overrides in (per_site_config or {None: {}}).items():
+        for component, kwargs in components(overrides):
+            if site is None:
+                job.to_clients(component, **kwargs)
+            else:
+                job.to(component, site, **kwargs)
+        for path in files:
+            job.to(path, ALL_SITES if site is None else site)

@@ -3,7 +3,8 @@
 A hospital folder may hold 100k images of 256-512 px: decoded float tensors of it do not fit in memory, and decoding
 it at every client start (the simulator with ``-t < -n`` starts one per task) would cost minutes. The first process
 decodes the files in a thread pool and writes the pixels, in file order, straight to
-``<folder>/.nvflare_moon_decoded/<key>/images.u8`` (``[N, C, S, S]`` uint8, never all in memory), with
+``<folder>/.nvflare_moon_decoded/<key>/images.u8`` (``[N, C, S, S]`` uint8, never all in memory: the decoders run
+at most a few images ahead of the writer, however slow the disk), with
 ``meta.json`` holding the shape and what was seen: each file's size and channels, and the files that could not be
 decoded (skipped, so row i of the file is the i-th *readable* image). Later processes map the file: batches are read
 from the page cache, shared by every process on the machine.
@@ -24,10 +25,10 @@ import json
 import os
 import shutil
 import tempfile
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, deque
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -133,8 +134,9 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
 
     kept, unreadable, source_channels, sizes = [], [], Counter(), Counter()
     try:
-        with open(os.path.join(staging, "images.u8"), "wb") as out, ThreadPoolExecutor(_workers()) as pool:
-            for i, result in enumerate(pool.map(decode, paths)):
+        workers = _workers()
+        with open(os.path.join(staging, "images.u8"), "wb") as out, ThreadPoolExecutor(workers) as pool:
+            for i, result in enumerate(map_ahead(pool, decode, paths, window=4 * workers)):
                 if isinstance(result, str):
                     unreadable.append([os.path.relpath(paths[i], base), result])
                     continue
@@ -159,6 +161,22 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
         shutil.rmtree(staging, ignore_errors=True)
         return _open(folder) is not None
     return True
+
+
+def map_ahead(pool: Executor, fn: Callable, items: Iterable, window: int) -> Iterator:
+    """``pool.map(fn, items)``, in order, with at most ``window`` items submitted ahead of the consumer.
+
+    ``Executor.map`` submits every item at once: where the consumer falls behind the workers, the finished results
+    pile up in memory (writing the decoded copy of 20 000 images of 256 px, its writer fell 2 500 images, 480 MB,
+    behind on a 2-core machine); here the workers wait instead.
+    """
+    pending = deque()
+    for item in items:
+        if len(pending) >= window:
+            yield pending.popleft().result()
+        pending.append(pool.submit(fn, item))
+    while pending:
+        yield pending.popleft().result()
 
 
 def _workers() -> int:

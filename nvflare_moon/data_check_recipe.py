@@ -20,8 +20,7 @@ from nvflare.recipe.spec import Recipe
 
 from .data.site_report import DATA_CHECK_TASK
 from .executors.data_check import DataCheckExecutor
-from .recipe_sites import add_client_apps, check_per_site_config
-from .recipes import _byoc_marker
+from .recipe_sites import add_client_apps, byoc_marker, check_per_site_config
 from .server import DataCheckController
 from .validation import check_flag, check_number
 
@@ -73,7 +72,7 @@ class DataCheckRecipe(Recipe):
         job.set_app_packages(["nvflare_moon"])
         job.to_server(DataCheckController(task_name=DATA_CHECK_TASK), id="controller")
         if byoc:
-            job.to_server(_byoc_marker())
+            job.to_server(byoc_marker())
         super().__init__(job)
 
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
@@ -94,5 +93,5 @@ class DataCheckRecipe(Recipe):
             lambda overrides: [
                 (DataCheckExecutor(**{**self._executor_args, **overrides}), dict(tasks=[DATA_CHECK_TASK]))
             ],
-            [_byoc_marker()] if self.byoc else [],
+            [byoc_marker()] if self.byoc else [],
         )

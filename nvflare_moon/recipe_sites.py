@@ -1,10 +1,15 @@
-"""``set_per_site_config`` for our recipes: one client app per named site, differing only in the keys a site may set
+"""What our recipes share about the sites' apps. ``set_per_site_config``: one client app per named site, differing only in the keys a site may set
 (where its data is, what it computes on), every other key refused so that nothing is silently ignored."""
 
+import os
+import shutil
+import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from nvflare.apis.job_def import ALL_SITES, SERVER_SITE_NAME
 from nvflare.job_config.api import FedJob
+
+_BYOC_README = os.path.join(os.path.dirname(__file__), "job_custom", "README.md")
 
 # the components of one site's app, made from that site's overrides: [(component, FedJob.to's keyword arguments)]
 ClientComponents = Callable[[Dict[str, Any]], List[Tuple[Any, Dict[str, Any]]]]
@@ -54,3 +59,12 @@ def add_client_apps(
                 job.to(component, site, **kwargs)
         for path in files:
             job.to(path, ALL_SITES if site is None else site)
+
+
+def byoc_marker() -> str:
+    """A copy of the BYOC README outside every ``sys.path`` entry, so that the exporter puts it at ``custom/``'s
+    top instead of under a package-like path. One fixed folder, so that repeated exports leave nothing behind."""
+    folder = os.path.join(tempfile.gettempdir(), f"nvflare_moon_byoc_{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
+    shutil.copy(_BYOC_README, os.path.join(folder, "README.md"))
+    return os.path.join(folder, "README.md")

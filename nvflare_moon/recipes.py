@@ -16,13 +16,9 @@ its executors answer ``validate`` and ``submit_model``, and its clients forward 
     add_experiment_tracking(recipe, "mlflow")     # the sites' figures, streamed through NVFlare
 """
 
-import os
-import shutil
-import tempfile
 from typing import Any, Dict, List, Optional
 
 from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
-from nvflare.apis.job_def import ALL_SITES, SERVER_SITE_NAME
 from nvflare.apis.executor import Executor
 from nvflare.apis.filter import Filter
 from nvflare.app_common.widgets.convert_to_fed_event import ConvertToFedEvent
@@ -37,6 +33,7 @@ from nvflare.recipe.spec import Recipe
 
 from .data import NUM_CLASSES
 from .data.site_files import SITE_DATASETS
+from .recipe_sites import add_client_apps, byoc_marker, check_per_site_config
 from .executors.fedavg import site_data_settings
 from .executors import (
     FedAvgExecutor,
@@ -78,17 +75,6 @@ from .validation import check_number
 MOON_MU = {"cifar10": 5.0, "cifar100": 1.0, "tinyimagenet": 1.0, "synthetic": 5.0, "image_folder": 1.0, "datalist": 1.0}
 # What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
 PER_SITE_KEYS = ("data_root", "device", "num_threads")
-
-_BYOC_README = os.path.join(os.path.dirname(__file__), "job_custom", "README.md")
-
-
-def _byoc_marker() -> str:
-    """A copy of the BYOC README outside every ``sys.path`` entry, so that the exporter puts it at ``custom/``'s
-    top instead of under a package-like path. One fixed folder, so that repeated exports leave nothing behind."""
-    folder = os.path.join(tempfile.gettempdir(), f"nvflare_moon_byoc_{os.getuid()}")
-    os.makedirs(folder, exist_ok=True)
-    shutil.copy(_BYOC_README, os.path.join(folder, "README.md"))
-    return os.path.join(folder, "README.md")
 
 
 class FedAvgBaselineRecipe(Recipe):
@@ -298,44 +284,28 @@ class FedAvgBaselineRecipe(Recipe):
             job.to_server(ShardCoverageCheck(num_sites=num_sites), id="shard_coverage_check")
         job.to_server(RunOutcomeCheck(controller_id="controller"), id="run_outcome_check")
         if byoc:
-            job.to_server(_byoc_marker())
+            job.to_server(byoc_marker())
         super().__init__(job)
 
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
         """NVFlare's ``set_per_site_config``: one client app per named site, with that site's :data:`PER_SITE_KEYS`
         (its data path, device, threads); refused for any other key, so that nothing is silently ignored."""
-        for site, overrides in config.items():
-            if site in (ALL_SITES, SERVER_SITE_NAME):
-                raise ValueError(f"set_per_site_config: {site!r} is not a site name")
-            unknown = sorted(set(overrides) - set(PER_SITE_KEYS))
-            if unknown:
-                raise ValueError(
-                    f"set_per_site_config: {unknown} for site {site!r} cannot differ between sites in "
-                    f"{type(self).__name__}; a site may set only {list(PER_SITE_KEYS)}"
-                )
-            self.make_executor({**self._executor_args, **overrides})  # refused now, not when the job is exported
-        if len(config) < self.min_clients:
-            raise ValueError(
-                f"set_per_site_config names {len(config)} site(s) but min_clients={self.min_clients}: name every site"
-            )
-        self.per_site_config = config
+        self.per_site_config = check_per_site_config(
+            config, PER_SITE_KEYS, self.min_clients, type(self).__name__, self._site_executor
+        )
 
     def _prepare_client_apps(self) -> None:
-        """The clients' apps: one for every site, or one per site named by ``set_per_site_config``; then the
-        clients' filters (quantization, privacy, encryption), which go to every app."""
-        sites = self.per_site_config or {None: {}}
-        for site, overrides in sites.items():
-            executor = self.make_executor({**self._executor_args, **overrides})
-            for component, kwargs in (
-                (executor, dict(tasks=self._tasks)),
-                (ConvertToFedEvent(events_to_convert=[ANALYTIC_EVENT_TYPE]), dict(id="event_to_fed")),
-            ):
-                if site is None:
-                    self._job.to_clients(component, **kwargs)
-                else:
-                    self._job.to(component, site, **kwargs)
-            if self.byoc:
-                self._job.to(_byoc_marker(), ALL_SITES if site is None else site)
+        """The clients' apps: one for every site, or one per site named by ``set_per_site_config``."""
+        add_client_apps(self._job, self.per_site_config, self._site_components, [byoc_marker()] if self.byoc else [])
+
+    def _site_executor(self, overrides: Dict[str, Any]) -> Executor:
+        return self.make_executor({**self._executor_args, **overrides})
+
+    def _site_components(self, overrides: Dict[str, Any]) -> list:
+        return [
+            (self._site_executor(overrides), dict(tasks=self._tasks)),
+            (ConvertToFedEvent(events_to_convert=[ANALYTIC_EVENT_TYPE]), dict(id="event_to_fed")),
+        ]
 
     def _ensure_client_apps_prepared(self) -> None:
         if self._client_apps_prepared:

@@ -71,8 +71,14 @@ class JobResults:
         self.global_model = os.path.join(server_run_dir, "app_server", "FL_global_model.pt")
         self.metrics_file = os.path.join(server_run_dir, METRICS_FILENAME)
         self.tb_events = os.path.join(server_run_dir, "tb_events")
+        self.data_summary = os.path.join(server_run_dir, "data_summary.json")  # a data check's only result
+
+    def is_data_check(self) -> bool:
+        return os.path.isfile(self.data_summary)
 
     def check(self) -> "JobResults":
+        if self.is_data_check():
+            return self
         missing = [p for p in (self.global_model, self.metrics_file, self.tb_events) if not os.path.exists(p)]
         if missing:
             raise FileNotFoundError(f"the downloaded result {self.root} lacks {missing}")
@@ -305,7 +311,12 @@ def main(argv=None) -> int:
         return 1
     finally:
         session.close()
-    if results is not None:
+    if results is not None and results.is_data_check():
+        from .data.site_report import format_table  # here: it loads torch, which a training job's report needs not
+
+        with open(results.data_summary) as f:
+            print(f"data summary:     {results.data_summary}\n{format_table(json.load(f))}")
+    elif results is not None:
         last = results.metrics()[-1]
         print(f"global model:     {results.global_model}")
         print(f"metrics:          {results.metrics_file} (round {last['round']}: {_headline(last)})")

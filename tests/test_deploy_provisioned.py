@@ -19,6 +19,7 @@ import yaml
 from nvflare.lighter.utils import update_storage_locations
 
 from nvflare_moon import submit
+from nvflare_moon.data_check_recipe import DataCheckRecipe
 from nvflare_moon.recipes import MoonRecipe
 
 from .conftest import REPO
@@ -141,8 +142,8 @@ def test_a_job_without_custom_runs_only_where_the_sites_allow_the_plugin(federat
 
 def test_two_hospitals_train_on_their_own_image_folders_at_paths_only_they_know(federation):
     """docs/hospital_data.md on the provisioned federation: each hospital names its own folder in its kit's
-    local/nvflare_moon_data.json; the job (no custom/, no path in it) is submitted with our CLI and reports each
-    hospital's accuracy."""
+    local/nvflare_moon_data.json; the data check, then the training job (no custom/, no path in either) are submitted
+    with our CLI: counts only, then each hospital's accuracy."""
     kits, session, root = federation
     allowed = run_script("deploy/allow_plugin.py", *(str(kits / name) for name in [SERVER, *HOSPITALS]), env=os.environ)
     assert allowed.returncode == 0, allowed.stdout
@@ -155,10 +156,26 @@ def test_two_hospitals_train_on_their_own_image_folders_at_paths_only_they_know(
     }  # hospital-2 has no covid images
     for hospital, folder in folders.items():
         (kits / hospital / "local" / "nvflare_moon_data.json").write_text(json.dumps({"data_root": str(folder)}))
+    site_data = {"class_names": classes, "image_size": 16, "channels": 3}
+
+    def submit_with_cli(job_dir: Path) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "nvflare_moon.submit", str(job_dir), "--startup-kit", str(kits / ADMIN)]
+        command += ["--download", str(root / "hospital_results"), "--timeout", "240"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+    DataCheckRecipe(
+        name="hospital_data_check", dataset="image_folder", site_data=site_data, min_clients=2, byoc=False
+    ).export(str(root / "jobs"))
+    checked = submit_with_cli(root / "jobs" / "hospital_data_check")  # first: what the sites hold, counts only
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    summary = json.loads(Path(re.search(r"^data summary: +(\S+)$", checked.stdout, re.M).group(1)).read_text())
+    assert summary["sites"]["hospital-1"]["train"] == {"normal": 20, "pneumonia": 20, "covid": 12}
+    assert summary["sites"]["hospital-2"]["classes_absent"] == ["covid"] and str(root) not in json.dumps(summary)
+
     recipe = MoonRecipe(
         name="hospital_images",
         dataset="image_folder",
-        site_data={"class_names": classes, "image_size": 16, "channels": 3},
+        site_data=site_data,
         min_clients=2,
         num_rounds=ROUNDS,
         local_epochs=1,
@@ -174,9 +191,7 @@ def test_two_hospitals_train_on_their_own_image_folders_at_paths_only_they_know(
         and str(root) not in (job_dir / "app" / "config" / "config_fed_client.json").read_text()
     )
 
-    command = [sys.executable, "-m", "nvflare_moon.submit", str(job_dir), "--startup-kit", str(kits / ADMIN)]
-    command += ["--download", str(root / "hospital_results"), "--timeout", "240"]
-    submitted = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    submitted = submit_with_cli(job_dir)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     for hospital in HOSPITALS:
         assert re.search(

@@ -161,8 +161,8 @@ def private_temp_dir(tmp_path_factory):
     tempfile.tempdir = saved
 
 
-# pytest-xdist (``--dist loadgroup``, pyproject.toml) hands out work in collection order: the longest modules go first,
-# so that none of them starts last and runs alone while the other workers idle.
+# pytest-xdist (``--dist loadscope``, pyproject.toml) hands whole modules to its workers in collection order: the
+# longest modules go first, so that none of them starts last and runs alone while the other workers idle.
 LONGEST_MODULES = (
     "test_simulator_resume.py",
     "test_client_api_e2e.py",
@@ -171,16 +171,5 @@ LONGEST_MODULES = (
 )
 
 
-def uses_module_fixture(item) -> bool:
-    """Whether the test uses a module-scoped fixture (one simulator run that several tests assert on)."""
-    return any(d.scope == "module" for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs)
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the group marks into the scheduler's groups
 def pytest_collection_modifyitems(items):
-    """Longest modules first; the tests of a module that shares a module-scoped fixture stay together on one worker
-    (its run happens once), every other test goes to whichever worker is free."""
     items.sort(key=lambda item: item.path.name not in LONGEST_MODULES)  # stable: the rest keep their order
-    for item in items:
-        if uses_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.path.name))

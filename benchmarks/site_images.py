@@ -325,19 +325,7 @@ def run_benchmark(args) -> dict:
     )
     shutil.rmtree(os.path.join(folder, ".nvflare_moon_decoded"), ignore_errors=True)
     workspace = tempfile.mkdtemp(prefix="nvflare_moon_large_data_ws_")
-    spec = dict(
-        folder=folder,
-        workspace=workspace,
-        size=args.size,
-        channels=args.channels,
-        classes=args.classes,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        repeats=args.repeats,
-        threads=args.threads,
-        data_root=args.data_root,
-        reference_dataset=args.reference_dataset,
-    )
+    spec = dict(record["settings"], workspace=workspace, data_root=args.data_root)  # what each child process reads
     try:
         first = run_child("start", spec)
         cached = run_child("start", spec)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -35,6 +36,7 @@ import torch
 
 from .decoded_cache import CACHE_FOLDER
 
+_LOG = logging.getLogger(__name__)
 FORMAT = 1  # bump when the file layout or the pixel conversion changes
 GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F")
 SIXTEEN_BIT_MODES = ("I", "I;16", "I;16B", "I;16L")
@@ -133,10 +135,14 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
             return f"{type(e).__name__}: {e}"
 
     kept, unreadable, source_channels, sizes = [], [], Counter(), Counter()
+    report_every = max(1000, len(paths) // 10)  # a large folder takes minutes: say how far it is
+    _LOG.info(f"decoding {len(paths)} images into {folder} (once: later starts map the copy)")
     try:
         workers = _workers()
         with open(os.path.join(staging, "images.u8"), "wb") as out, ThreadPoolExecutor(workers) as pool:
             for i, result in enumerate(map_ahead(pool, decode, paths, window=4 * workers)):
+                if (i + 1) % report_every == 0:
+                    _LOG.info(f"decoded {i + 1} of {len(paths)} images")
                 if isinstance(result, str):
                     unreadable.append([os.path.relpath(paths[i], base), result])
                     continue

@@ -257,9 +257,8 @@ class FedAvgBaselineRecipe(Recipe):
 
         job = FedJob(name=name, min_clients=min_clients)
         job.set_app_packages(["nvflare_moon"])
-        tasks = self._tasks
         if encryption is not None:
-            add_encrypted_server(job, network(), min_clients, num_rounds, tasks[0])
+            add_encrypted_server(job, network(), min_clients, num_rounds, self._tasks[0])
             job.to_server(SiteMetricsRecorder(model=network()), id="global_evaluator")
             if self.task_meta():
                 job.to_server(TrainTaskSettings(client_settings=self.task_meta()), id="task_settings")
@@ -308,6 +307,8 @@ class FedAvgBaselineRecipe(Recipe):
         ]
 
     def _ensure_client_apps_prepared(self) -> None:
+        """The clients' filters (quantization, privacy, encryption) go in once their apps exist, so that
+        ``set_per_site_config`` still works after construction (NVFlare closes it once a client filter is added)."""
         if self._client_apps_prepared:
             return
         super()._ensure_client_apps_prepared()

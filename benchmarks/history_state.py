@@ -5,7 +5,7 @@
 
 The figures are the sizes of the state file that :class:`~nvflare_moon.executors.MoonExecutor` writes after a round
 (``<run folder>/nvflare_moon/moon_state.pt``: the last m + 1 uploads, m = 1), built by the executor's own code
-(:meth:`history_network` and :class:`~nvflare_moon.core.previous_uploads.PreviousUploads`) and serialised as the
+(:attr:`~nvflare_moon.core.moon.MoonRound.history_network` and :class:`~nvflare_moon.core.previous_uploads.PreviousUploads`) and serialised as the
 state store does. With the light history the site also keeps its whole last local model in a separate record, for
 ``submit_model`` (cross-site evaluation); that record's size is printed too.
 """

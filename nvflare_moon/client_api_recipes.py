@@ -7,7 +7,8 @@ Each is NVFlare's PyTorch :class:`~nvflare.app_opt.pt.recipes.fedavg.FedAvgRecip
 working (``launch_external_process``, ``launch_once``, ``key_metric``, ``stop_cond``, ``patience``,
 ``set_per_site_config``, ``add_experiment_tracking``, ``add_cross_site_evaluation``, ...), with our server side: the
 FedAvg controller (:class:`~nvflare_moon.server.SettingsFedAvg`) sends the method's settings with every training model
-(keys in :mod:`nvflare_moon.client.meta`), and the aggregator is ours: weighted FedAvg by the ``num_samples`` each site
+(a method's settings dataclass, e.g. :class:`~nvflare_moon.core.moon.MoonSettings`, in its ``to_meta`` form; keys in
+:mod:`nvflare_moon.client.meta`), and the aggregator is ours: weighted FedAvg by the ``num_samples`` each site
 sends, refusing bad updates (:class:`~nvflare_moon.server.WeightedFedAvgAggregator`), plus FedSSC's prototype sharing
 (:class:`~nvflare_moon.server.PrototypeSharingAggregator`) or FedSiam-DA's dual aggregation
 (:class:`~nvflare_moon.server.DualAggregator`). The ``aggregator`` argument is therefore not taken. Every one takes
@@ -21,10 +22,10 @@ from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
 
-from .client import meta
 from .core.dual_aggregation import VECTORS
-from .core.objectives import HISTORY_BRANCHES, HISTORY_CHOICES
-from .core.schedules import check_mu_schedule
+from .core.fedsiam_da import FedSiamDASettings
+from .core.fedssc import FedSSCSettings
+from .core.moon import MoonSettings
 from .privacy import add_update_filters, check_quantization
 from .server import (
     DualAggregator,
@@ -96,6 +97,9 @@ class MoonScriptRecipe(_ScriptRecipe):
         num_previous_models: m ≥ 1 previous local models as negatives (paper: 1).
         mu_off_rounds: cold start: μ = 0 in the first K rounds (default 0: off; ``docs/practical_options.md``).
         mu_ramp_rounds: cold start: then μ rises linearly over R rounds (default 0).
+        representation_loss, feature_noise_std, light_history: the other options of
+            :class:`~nvflare_moon.core.moon.MoonSettings` (the MOON paper's ℓ2 ablation, noise before the projection
+            head, a light history), as for :class:`~nvflare_moon.executors.MoonExecutor`.
         **kwargs: every argument of NVFlare's PyTorch ``FedAvgRecipe`` but ``aggregator`` (``model``,
             ``min_clients``, ``num_rounds``, ``train_script``, ``train_args``, ``launch_external_process``, ...).
     """
@@ -109,26 +113,33 @@ class MoonScriptRecipe(_ScriptRecipe):
         num_previous_models: int = 1,
         mu_off_rounds: int = 0,
         mu_ramp_rounds: int = 0,
+        representation_loss: str = "contrastive",
+        feature_noise_std: float = 0.0,
+        light_history: bool = False,
         **kwargs,
     ):
-        check_mu_schedule(mu, mu_off_rounds, mu_ramp_rounds)
-        check_number("temperature", temperature, low=0, low_inclusive=False)
-        check_number("num_previous_models", num_previous_models, low=1, integer=True)
+        self.moon_settings = MoonSettings(
+            mu=mu,
+            temperature=temperature,
+            num_previous_models=num_previous_models,
+            representation_loss=representation_loss,
+            mu_off_rounds=mu_off_rounds,
+            mu_ramp_rounds=mu_ramp_rounds,
+            feature_noise_std=feature_noise_std,
+            light_history=light_history,
+        )
         self.mu = mu
         self.temperature = temperature
         self.num_previous_models = num_previous_models
         self.mu_off_rounds = mu_off_rounds
         self.mu_ramp_rounds = mu_ramp_rounds
+        self.representation_loss = representation_loss
+        self.feature_noise_std = feature_noise_std
+        self.light_history = light_history
         super().__init__(name=name, **kwargs)
 
     def client_settings(self) -> Dict[str, Any]:
-        return {
-            meta.MOON_MU: float(self.mu),
-            meta.MOON_TEMPERATURE: float(self.temperature),
-            meta.MOON_NUM_PREVIOUS_MODELS: int(self.num_previous_models),
-            meta.MOON_MU_OFF_ROUNDS: int(self.mu_off_rounds),
-            meta.MOON_MU_RAMP_ROUNDS: int(self.mu_ramp_rounds),
-        }
+        return self.moon_settings.to_meta()
 
 
 class FedSSCScriptRecipe(MoonScriptRecipe):
@@ -170,11 +181,12 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         exclude_own_prototype: bool = False,
         **kwargs,
     ):
-        check_number("mu_glob", mu_glob, low=0)
-        check_number("min_class_count", min_class_count, low=1, integer=True)
-        if prototype_clip_norm is not None:
-            check_number("prototype_clip_norm", prototype_clip_norm, low=0, low_inclusive=False)
-        check_number("prototype_noise_std", prototype_noise_std, low=0)
+        self.fedssc_settings = FedSSCSettings(
+            mu_glob=mu_glob,
+            min_class_count=min_class_count,
+            prototype_clip_norm=prototype_clip_norm,
+            prototype_noise_std=prototype_noise_std,
+        )
         self.num_classes = num_classes
         self.prototype_dim = prototype_dim
         self.mu_moon = mu_moon
@@ -198,14 +210,7 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         )
 
     def client_settings(self) -> Dict[str, Any]:
-        clip = self.prototype_clip_norm
-        return {
-            **super().client_settings(),
-            meta.FEDSSC_MU_GLOB: float(self.mu_glob),
-            meta.FEDSSC_MIN_CLASS_COUNT: int(self.min_class_count),
-            meta.FEDSSC_PROTOTYPE_CLIP_NORM: None if clip is None else float(clip),
-            meta.FEDSSC_PROTOTYPE_NOISE_STD: float(self.prototype_noise_std),
-        }
+        return {**super().client_settings(), **self.fedssc_settings.to_meta()}
 
 
 class FedSiamDAScriptRecipe(_ScriptRecipe):
@@ -234,9 +239,7 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
         cosine_vector: str = "state",
         **kwargs,
     ):
-        check_number("mu", mu, low=0)
-        check_choice("history", history, HISTORY_CHOICES)
-        check_choice("history_branch", history_branch, HISTORY_BRANCHES)
+        self.fedsiam_da_settings = FedSiamDASettings(mu=mu, history=history, history_branch=history_branch)
         check_number("cosine_floor", cosine_floor, low=0, low_inclusive=False)
         check_choice("cosine_vector", cosine_vector, VECTORS)
         self.mu = mu
@@ -250,11 +253,7 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
         return DualAggregator(cosine_floor=self.cosine_floor, cosine_vector=self.cosine_vector)
 
     def client_settings(self) -> Dict[str, Any]:
-        return {
-            meta.FEDSIAM_DA_MU: float(self.mu),
-            meta.FEDSIAM_DA_HISTORY: self.history,
-            meta.FEDSIAM_DA_HISTORY_BRANCH: self.history_branch,
-        }
+        return self.fedsiam_da_settings.to_meta()
 
 
 class ScaffoldScriptRecipe(_ScriptRecipe):

@@ -70,10 +70,11 @@ def test_fedprox_objective_at_the_global_model_is_plain_cross_entropy():
 
 def test_fedprox_executor_takes_mu_from_the_servers_metadata():
     executor = FedProxExecutor(model=Network())
-    executor.on_receive(FLModel(params={}, meta={AlgorithmConstants.FEDPROX_MU: 0.01}), fl_ctx=None)
-    assert executor._mu == 0.01
+    executor._net = executor.model
+    objective = executor.make_objective(0, None, meta={AlgorithmConstants.FEDPROX_MU: 0.01})
+    assert objective.proximal.mu == 0.01
     with pytest.raises(ValueError, match="fedprox_mu.*FedProxRecipe"):
-        executor.on_receive(FLModel(params={}, meta={}), fl_ctx=None)
+        executor.make_objective(0, None, meta={})
 
 
 # ---- SCAFFOLD, client ------------------------------------------------------------------------------------------------
@@ -131,10 +132,11 @@ def test_scaffold_refuses_controls_that_do_not_fit_the_model():
         ScaffoldRound(Vector([1.0, 2.0]), 0.1, global_control={"w": np.zeros(3, np.float32)})
 
 
-def test_scaffold_executor_refuses_a_later_round_without_the_global_control():
+def test_scaffold_executor_refuses_a_later_round_without_the_global_control(tmp_path):
     executor = ScaffoldExecutor(model=Network())
+    executor._net = executor.model
     with pytest.raises(ValueError, match="no SCAFFOLD global control.*ScaffoldRecipe"):
-        executor.on_receive(FLModel(params={}, current_round=1, meta={}), fl_ctx=None)
+        executor.make_objective(1, site_context(tmp_path), meta={})
 
 
 def test_scaffold_control_saved_for_another_network_is_set_aside_byte_for_byte(tmp_path, caplog):
@@ -146,7 +148,8 @@ def test_scaffold_control_saved_for_another_network_is_set_aside_byte_for_byte(t
     executor = ScaffoldExecutor(model=tiny_net())
     executor._net = executor.model
     with caplog.at_level(logging.WARNING):
-        assert executor._load_history(1, ctx) == []
+        executor.make_objective(0, ctx, meta={})  # the stored controls are checked before the round filter
+    assert executor._round._history == []
     (kept,) = state.parent.iterdir()
     assert kept.name.startswith("scaffold_state.pt.unusable-other-network-") and kept.read_bytes() == original
     assert f"site-1: state file {state} cannot be used" in caplog.text and "restarts from 0" in caplog.text

@@ -231,7 +231,7 @@ def test_fedssc_prototypes_round_trip_through_the_meta(tmp_path):
         model = Network(seed=0)
         helper = PTFedSSCHelper(model, num_classes=10, state_dir=tmp_path, job_id="job", site=site)
         helper.start_round(received(model, 0, FEDSSC_META))
-        assert helper.fedssc.prototypes is None
+        assert helper.round.objective.prototypes is None
         for x, y in batches(int(site[-1]), 0, count=4):
             helper.loss(x, model(x).projection, y)
         helper.save_local_model()
@@ -244,8 +244,8 @@ def test_fedssc_prototypes_round_trip_through_the_meta(tmp_path):
     model = Network(seed=0)
     helper = PTFedSSCHelper(model, num_classes=10, state_dir=tmp_path, job_id="job", site="site-1")
     helper.start_round(received(global_model, 1, {**FEDSSC_META, **shared.meta()}))
-    assert torch.equal(helper.fedssc.available, torch.as_tensor(shared.available))
-    assert torch.equal(helper.fedssc.prototypes, torch.as_tensor(shared.prototypes))
+    assert torch.equal(helper.round.objective.available, torch.as_tensor(shared.available))
+    assert torch.equal(helper.round.objective.prototypes, torch.as_tensor(shared.prototypes))
     x, y = batches(1, 1)[0]
     helper.loss(x, model(x).projection, y)
     assert helper.mean_terms()["prototype_contrastive"] > 0 and "contrastive" in helper.mean_terms()
@@ -304,7 +304,7 @@ def test_fedsiam_da_script_recipe_sends_the_history_branch_and_the_helper_uses_i
     model = Network(seed=0, predictor_hidden_dim=8)
     helper = PTFedSiamDAHelper(model, state_dir=tmp_path, job_id="job", site="site-1")
     helper.start_round(received(model, 0, recipe.client_settings()), sgd(model, 0.05, 0.9, 0.0))
-    assert helper.history_branch == "predictor" and helper.objective.history_branch == "predictor"
+    assert helper.settings.history_branch == "predictor" and helper.objective.history_branch == "predictor"
     without = {k: v for k, v in recipe.client_settings().items() if k != keys.FEDSIAM_DA_HISTORY_BRANCH}
     with pytest.raises(ValueError, match=keys.FEDSIAM_DA_HISTORY_BRANCH):
         helper.start_round(received(model, 1, without), sgd(model, 0.05, 0.9, 0.0))
@@ -337,6 +337,9 @@ def test_recipes_send_the_settings_and_keep_fedavg_recipe_arguments(tmp_path):
         keys.MOON_NUM_PREVIOUS_MODELS: 2,
         keys.MOON_MU_OFF_ROUNDS: 3,
         keys.MOON_MU_RAMP_ROUNDS: 0,
+        keys.MOON_REPRESENTATION_LOSS: "contrastive",
+        keys.MOON_FEATURE_NOISE_STD: 0.0,
+        keys.MOON_LIGHT_HISTORY: False,
     }
     assert controller["args"]["aggregator"]["path"] == "nvflare_moon.server.aggregators.WeightedFedAvgAggregator"
     assert controller["args"]["num_rounds"] == 3 and controller["args"]["patience"] == 2

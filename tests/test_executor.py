@@ -10,6 +10,7 @@ from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import ParamsType
 
+from nvflare_moon.core.rounds import FedAvgRound
 from nvflare_moon.executors import FedAvgExecutor
 
 from .executor_harness import global_weights, run_task, site_context, started, tiny_dataset, tiny_net
@@ -59,18 +60,23 @@ def test_every_round_starts_a_new_optimiser(tmp_path):
         np.testing.assert_array_equal(kept.params[name], restarted.params[name])
 
 
-class DivergingExecutor(FedAvgExecutor):
+class DivergingRound(FedAvgRound):
     """Its loss is NaN from the first step, as with a learning rate far too high."""
 
-    def make_objective(self, round_number, fl_ctx):
+    def start(self, round_number, meta=None):
         def nan_loss(out, x, y):
             loss = out.logits.sum() * float("nan")
             return loss, {"ce": loss}
 
         return nan_loss
 
-    def after_training(self, round_number, fl_ctx):
+    def finish(self):
         raise AssertionError("a diverged round must not be persisted")
+
+
+class DivergingExecutor(FedAvgExecutor):
+    def make_round(self, fl_ctx):
+        return DivergingRound()
 
 
 def test_a_diverged_round_is_an_execution_exception_that_says_so(tmp_path, caplog):

@@ -446,8 +446,8 @@ def test_executor_builds_the_working_copy_from_the_received_weights_and_steps_it
     built = []
     make_objective = executor.make_objective
 
-    def spy(round_number, fl_ctx):
-        objective = make_objective(round_number, fl_ctx)
+    def spy(round_number, fl_ctx, meta=None):
+        objective = make_objective(round_number, fl_ctx, meta)
         built.append((objective, {k: v.clone() for k, v in objective.working_global.state_dict().items()}))
         return objective
 

@@ -255,9 +255,9 @@ def test_class_means_are_collected_over_the_last_local_epoch_only(tmp_path):
     executor.make_objective(1, ctx)
     executor.before_epoch(0)
     executor.before_epoch(1)
-    assert executor._objective.class_means is None
+    assert executor._round.objective.class_means is None
     executor.before_epoch(2)
-    assert executor._objective.class_means is not None
+    assert executor._round.objective.class_means is not None
 
 
 def test_executor_uploads_the_mean_projections_of_the_last_local_epoch(tmp_path):

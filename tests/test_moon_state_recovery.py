@@ -34,8 +34,7 @@ def test_uploads_round_trip_through_the_state_file(tmp_path):
 
 def test_a_corrupt_state_file_gives_a_warning_and_a_round_without_the_term(tmp_path, caplog):
     ctx = site_context(tmp_path)
-    executor = moon_executor()
-    executor.after_training(0, ctx)
+    run_round(ctx, 0, seed=0)
     state = tmp_path / "job-1" / "nvflare_moon" / "moon_state.pt"
     state.write_bytes(b"\x00 truncated by a crash")
     with caplog.at_level(logging.WARNING):
@@ -50,6 +49,7 @@ def test_a_state_file_for_another_network_is_not_used(tmp_path, caplog):
     ctx = site_context(tmp_path)
     other = MoonExecutor(model=Network(seed=0, out_dim=128), dataset="synthetic")
     other._net = other.model
+    other.make_objective(0, ctx)
     other.after_training(0, ctx)
     state = tmp_path / "job-1" / "nvflare_moon" / "moon_state.pt"
     original = state.read_bytes()
@@ -63,7 +63,7 @@ def test_a_state_file_for_another_network_is_not_used(tmp_path, caplog):
 
 
 def test_two_jobs_on_one_site_never_share_state(tmp_path):
-    moon_executor().after_training(0, site_context(tmp_path, job="job-1"))
+    run_round(site_context(tmp_path, job="job-1"), 0, seed=0)
     assert moon_executor().make_objective(1, site_context(tmp_path, job="job-2")).previous_models == []
 
 
@@ -109,7 +109,7 @@ def test_a_continuation_job_takes_the_failed_jobs_state_and_keeps_its_own_copy(t
     # a site that saved nothing in the failed job (its own workspace) trains the round without the term
     other_site = site_context(tmp_path / "site-2-workspace", site="site-2", job="continuation")
     assert continuation.make_objective(1, other_site).previous_models == []
-    assert "this site has no moon_state state from job failed" in caplog.text
+    assert "site-2 has no moon_state state from job failed" in caplog.text
 
 
 def test_resume_from_job_id_is_checked():

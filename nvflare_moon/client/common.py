@@ -1,6 +1,7 @@
 """What every Client API helper needs: who and where the script is, and a check that the received weights were
 loaded. (The running means of the loss terms are :class:`~nvflare_moon.core.training.TermMeans`.)"""
 
+import logging
 from typing import Mapping, Optional, Tuple
 
 import torch
@@ -37,3 +38,11 @@ def check_received_weights(model: nn.Module, params: Optional[Mapping], helper: 
                 f"the model does not hold the received weights ({name!r} differs): call "
                 f"model.load_state_dict(input_model.params) before {helper}.start_round(input_model)"
             )
+
+
+def check_upload_count(num_samples: int, saved: bool, save_call: str) -> None:
+    """Raise ValueError unless ``num_samples`` is a positive int; warn when the round's model was not saved."""
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+        raise ValueError(f"num_samples must be the positive number of training samples, got {num_samples!r}")
+    if not saved:
+        logging.getLogger(__name__).warning(f"upload_meta() before {save_call}: this round's model is not kept")

@@ -11,8 +11,10 @@
                 helper.step()                          # the working global copy steps with your optimizer
         helper.save_local_model()
 
-The math is :class:`~nvflare_moon.core.objectives.FedSiamDAObjective`, the object
-:class:`~nvflare_moon.executors.FedSiamDAExecutor` trains with.
+The round is :class:`~nvflare_moon.core.fedsiam_da.FedSiamDARound`, the object
+:class:`~nvflare_moon.executors.FedSiamDAExecutor` trains with, and the settings are
+:class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings` as :class:`~nvflare_moon.client_api_recipes.FedSiamDAScriptRecipe`
+sends them.
 """
 
 import logging
@@ -21,18 +23,11 @@ from typing import Any, Dict, Optional
 import torch
 import torch.nn as nn
 
-from ..core.objectives import (
-    HISTORY_BRANCHES,
-    HISTORY_CHOICES,
-    FedSiamDAObjective,
-    Predictor,
-    Representation,
-    predictor_of,
-    projection_of,
-)
+from ..core.fedsiam_da import FedSiamDARound, FedSiamDASettings
+from ..core.objectives import FedSiamDAObjective, Predictor, Representation, predictor_of, projection_of
 from ..core.training import TermMeans
-from .common import check_received_weights, site_identity
-from .meta import FEDSIAM_DA_HISTORY, FEDSIAM_DA_HISTORY_BRANCH, FEDSIAM_DA_MU, NUM_SAMPLES, read_setting
+from .common import check_received_weights, check_upload_count, site_identity
+from .meta import NUM_SAMPLES
 from .uploads import ScriptUploads
 
 logger = logging.getLogger(__name__)
@@ -58,7 +53,7 @@ def optimizer_like(optimizer: torch.optim.Optimizer, model: nn.Module, copy: nn.
 class PTFedSiamDAHelper:
     """FedSiam-DA's Siamese and history terms for a Client API script: ``loss = your_loss + helper.loss(x, z)``.
 
-    :meth:`start_round` reads μ, the history mode and the history branch from the meta (sent by
+    :meth:`start_round` reads the settings (:class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings`) from the meta (sent by
     :class:`~nvflare_moon.client_api_recipes.FedSiamDAScriptRecipe`), makes the trainable working copy of the received
     global model with an optimizer like yours, and loads the site's previous upload as the history model;
     :meth:`start_epoch` takes the epoch history snapshot; :meth:`step` steps the working copy after your optimizer;
@@ -95,10 +90,8 @@ class PTFedSiamDAHelper:
         self.state_dir = state_dir
         self.job_id = job_id
         self.site = site
-        self.mu: Optional[float] = None
-        self.history: Optional[str] = None
-        self.history_branch: Optional[str] = None
-        self.objective: Optional[FedSiamDAObjective] = None
+        self.settings: Optional[FedSiamDASettings] = None
+        self.round: Optional[FedSiamDARound] = None
         self._uploads: Optional[ScriptUploads] = None
         self._terms = TermMeans()
         self._saved = False
@@ -106,36 +99,33 @@ class PTFedSiamDAHelper:
     def start_round(self, input_model, optimizer: torch.optim.Optimizer) -> None:
         """Begin a training round on ``input_model`` (an ``FLModel``), whose weights ``model`` holds; ``optimizer``
         is the one that trains ``model`` this round (the working copy gets one like it)."""
-        meta = input_model.meta or {}
-        self.mu = read_setting(meta, FEDSIAM_DA_MU, RECIPE, low=0)
-        self.history = meta.get(FEDSIAM_DA_HISTORY)
-        if self.history not in HISTORY_CHOICES:
-            raise ValueError(f"meta[{FEDSIAM_DA_HISTORY!r}] must be one of {list(HISTORY_CHOICES)} (run with {RECIPE})")
-        self.history_branch = meta.get(FEDSIAM_DA_HISTORY_BRANCH)
-        if self.history_branch not in HISTORY_BRANCHES:
-            raise ValueError(
-                f"meta[{FEDSIAM_DA_HISTORY_BRANCH!r}] must be one of {list(HISTORY_BRANCHES)} (run with {RECIPE})"
-            )
+        self.settings = FedSiamDASettings.from_meta(input_model.meta or {}, RECIPE)
         check_received_weights(self.model, input_model.params, type(self).__name__)
         if self._uploads is None:
             job_id, site = site_identity(self.job_id, self.site, type(self).__name__)
             self._uploads = ScriptUploads(
                 self.STATE_NAME, job_id, site, self.state_dir, save_call="PTFedSiamDAHelper.save_local_model()"
             )
-        without = "the history term" + (" in the first epoch" if self.history == "epoch" else "")
-        previous = self._uploads.start_round(input_model.current_round or 0, self.model, 1, without=without)
-        self.objective = FedSiamDAObjective(
+        self.round = FedSiamDARound(
+            self.settings,
             self.model,
-            previous[-1] if previous else None,
-            self.mu,
+            self._uploads,
+            self._uploads.site,
             make_optimizer=lambda working: optimizer_like(optimizer, self.model, working),
-            history=self.history,
-            history_branch=self.history_branch,
             representation=self.representation_fn or projection_of,
             predictor=self.predictor_fn or predictor_of,
         )
+        self.round.start(input_model.current_round or 0, input_model.meta)
         self._terms = TermMeans()
         self._saved = False
+
+    @property
+    def mu(self) -> Optional[float]:
+        return None if self.settings is None else self.settings.mu
+
+    @property
+    def objective(self) -> Optional[FedSiamDAObjective]:
+        return None if self.round is None else self.round.objective
 
     @property
     def history_model(self) -> Optional[nn.Module]:
@@ -153,7 +143,7 @@ class PTFedSiamDAHelper:
         regularizer, terms = self._started().regularizer(x, z)
         for name, value in terms.items():
             self._terms.add(name, value)
-        return self.mu * regularizer
+        return self.settings.mu * regularizer
 
     def step(self, scaler: Optional["torch.cuda.amp.GradScaler"] = None) -> None:
         """Step the working global copy; call right after your ``optimizer.step()`` (with mixed precision, after
@@ -172,16 +162,12 @@ class PTFedSiamDAHelper:
     def save_local_model(self) -> None:
         """Store ``model`` as this round's upload (next round's history model); call it after training."""
         self._started()
-        self._uploads.save(self.model)
+        self.round.finish()
         self._saved = True
-        self.objective.working_global = None  # the working copy is discarded with the round
 
     def upload_meta(self, num_samples: int) -> Dict[str, Any]:
         """The meta to send with the trained weights: ``num_samples``, the server's FedAvg weight."""
-        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
-            raise ValueError(f"num_samples must be the positive number of training samples, got {num_samples!r}")
-        if not self._saved:
-            logger.warning("upload_meta() before PTFedSiamDAHelper.save_local_model(): this round's model is not kept")
+        check_upload_count(num_samples, self._saved, "PTFedSiamDAHelper.save_local_model()")
         return {NUM_SAMPLES: num_samples}
 
     def _started(self) -> FedSiamDAObjective:

@@ -1,5 +1,8 @@
 """What travels in ``FLModel.meta`` between the Client API recipes (:mod:`nvflare_moon.client_api_recipes`) and the
 helpers (:mod:`nvflare_moon.client`). Every value is numpy or plain Python (a torch tensor there crashes the server).
+The settings are written and read by their dataclasses (:class:`~nvflare_moon.core.moon.MoonSettings`,
+:class:`~nvflare_moon.core.fedssc.FedSSCSettings`, :class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings`): each
+key is the prefix plus the field's name.
 
 Server → site, with every training model (the recipe's controller stamps them in):
 
@@ -11,6 +14,9 @@ key                                     method       value
 ``moon_num_previous_models``            MOON, FedSSC m, int ≥ 1
 ``moon_mu_off_rounds``                  MOON, FedSSC cold start: μ = 0 in the first K rounds, int ≥ 0 (absent: 0)
 ``moon_mu_ramp_rounds``                 MOON, FedSSC cold start: then μ rises over R rounds, int ≥ 0 (absent: 0)
+``moon_representation_loss``            MOON, FedSSC ``"contrastive"``, ``"l2"`` or ``"l2_squared"`` (absent: contrastive)
+``moon_feature_noise_std``              MOON, FedSSC σ of the noise before the projection head, float ≥ 0 (absent: 0)
+``moon_light_history``                  MOON, FedSSC keep only the previous projection heads, bool (absent: False)
 ``fedssc_mu_glob``                      FedSSC       μ_glob, float ≥ 0
 ``fedssc_min_class_count``              FedSSC       classes seen fewer times are not uploaded, int ≥ 1
 ``fedssc_prototype_clip_norm``          FedSSC       L2 clip of uploaded means, float > 0 or None
@@ -25,9 +31,6 @@ Site → server, with the trained weights: ``num_samples`` (the FedAvg weight n_
 ``class_means`` [K, D] float32 and ``class_counts`` [K] int64.
 """
 
-import math
-from typing import Any, Mapping
-
 from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPE_AVAILABLE, PROTOTYPES  # noqa: F401 (re-exported)
 
 NUM_SAMPLES = "num_samples"
@@ -37,6 +40,9 @@ MOON_TEMPERATURE = "moon_temperature"
 MOON_NUM_PREVIOUS_MODELS = "moon_num_previous_models"
 MOON_MU_OFF_ROUNDS = "moon_mu_off_rounds"
 MOON_MU_RAMP_ROUNDS = "moon_mu_ramp_rounds"
+MOON_REPRESENTATION_LOSS = "moon_representation_loss"
+MOON_FEATURE_NOISE_STD = "moon_feature_noise_std"
+MOON_LIGHT_HISTORY = "moon_light_history"
 FEDSSC_MU_GLOB = "fedssc_mu_glob"
 FEDSSC_MIN_CLASS_COUNT = "fedssc_min_class_count"
 FEDSSC_PROTOTYPE_CLIP_NORM = "fedssc_prototype_clip_norm"
@@ -44,36 +50,3 @@ FEDSSC_PROTOTYPE_NOISE_STD = "fedssc_prototype_noise_std"
 FEDSIAM_DA_MU = "fedsiam_da_mu"
 FEDSIAM_DA_HISTORY = "fedsiam_da_history"
 FEDSIAM_DA_HISTORY_BRANCH = "fedsiam_da_history_branch"
-
-
-def read_setting(
-    meta: Mapping[str, Any],
-    key: str,
-    recipe: str,
-    *,
-    low: float = None,
-    low_inclusive: bool = True,
-    integer: bool = False,
-    optional: bool = False,
-) -> Any:
-    """``meta[key]``, checked. Raises ValueError, naming the key and the recipe that sends it, when it is missing
-    (unless ``optional``: then None) or out of range."""
-    if key not in meta or (optional and meta[key] is None):
-        if optional:
-            return None
-        raise ValueError(
-            f"the received model's meta has no {key!r}: run this script with {recipe}, which sends the method's "
-            "settings with every training model"
-        )
-    value = meta[key]
-    if hasattr(value, "item"):  # a numpy scalar
-        value = value.item()
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if (
-        isinstance(value, bool)
-        or not ok
-        or not math.isfinite(value)
-        or (low is not None and (value < low or (value == low and not low_inclusive)))
-    ):
-        raise ValueError(f"the received meta[{key!r}] = {value!r} is not a valid setting (sent by {recipe})")
-    return value

@@ -40,7 +40,27 @@ class CrossEntropyObjective:
         return ce, {"ce": ce}
 
 
-class MoonObjective(CrossEntropyObjective):
+class PenalizedObjective(CrossEntropyObjective):
+    """CE(logits, y) + μ·penalty(x, z): the shape of MOON's objective and its ablation. A Client API helper adds
+    ``μ·penalty`` to the script's own loss; the executors train on the whole objective."""
+
+    mu: float
+
+    def penalty(self, x: torch.Tensor, z: torch.Tensor) -> Tuple[Optional[torch.Tensor], LossTerms]:
+        """The unweighted penalty of the batch ``x`` whose local representation is ``z``, and its named parts;
+        ``(None, {})`` when the term is dropped this round."""
+        raise NotImplementedError
+
+    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+        ce, terms = super().__call__(out, x, y)
+        penalty, parts = self.penalty(x, out.projection)
+        if penalty is None:
+            return ce, terms
+        terms.update(parts)
+        return ce + self.mu * penalty, terms
+
+
+class MoonObjective(PenalizedObjective):
     """MOON's local objective: CE(logits, y) + μ·ℓ_con(z, z_glob, z_prev), see :func:`model_contrastive_loss`.
 
     Args:
@@ -77,13 +97,9 @@ class MoonObjective(CrossEntropyObjective):
             z_prev = [self.representation(m, x) for m in self.previous_models]
         return model_contrastive_loss(z, z_glob, z_prev, self.temperature)
 
-    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
-        ce, terms = super().__call__(out, x, y)
-        contrastive = self.contrastive(x, out.projection)
-        if contrastive is None:
-            return ce, terms
-        terms["contrastive"] = contrastive
-        return ce + self.mu * contrastive, terms
+    def penalty(self, x: torch.Tensor, z: torch.Tensor) -> Tuple[Optional[torch.Tensor], LossTerms]:
+        contrastive = self.contrastive(x, z)
+        return (None, {}) if contrastive is None else (contrastive, {"contrastive": contrastive})
 
 
 class LightHistoryMoonObjective(MoonObjective):
@@ -114,7 +130,7 @@ class LightHistoryMoonObjective(MoonObjective):
         return model_contrastive_loss(z, global_out.projection, z_prev, self.temperature)
 
 
-class RepresentationL2Objective(CrossEntropyObjective):
+class RepresentationL2Objective(PenalizedObjective):
     """The MOON paper's loss ablation (Table 5): CE(logits, y) + μ·ℓ_ℓ2(z, z_glob), see :func:`representation_l2_loss`.
 
     It keeps MOON's pull towards the global model's representation and drops the push away from the previous model,
@@ -124,22 +140,24 @@ class RepresentationL2Objective(CrossEntropyObjective):
         global_model: the round's received global model, frozen.
         mu: μ ≥ 0; 0 drops the penalty, which is then neither computed nor reported.
         squared: use the squared norm.
+        representation: as for :class:`MoonObjective`.
     """
 
-    def __init__(self, global_model: nn.Module, mu: float, squared: bool = False):
+    def __init__(
+        self, global_model: nn.Module, mu: float, squared: bool = False, representation: Representation = projection_of
+    ):
         self.global_model = global_model
         self.mu = mu
         self.squared = squared
+        self.representation = representation
 
-    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
-        ce, terms = super().__call__(out, x, y)
+    def penalty(self, x: torch.Tensor, z: torch.Tensor) -> Tuple[Optional[torch.Tensor], LossTerms]:
         if self.mu == 0:
-            return ce, terms
+            return None, {}
         with torch.no_grad():
-            z_glob = self.global_model(x).projection
-        penalty = representation_l2_loss(out.projection, z_glob, self.squared)
-        terms["representation_l2"] = penalty
-        return ce + self.mu * penalty, terms
+            z_glob = self.representation(self.global_model, x)
+        penalty = representation_l2_loss(z, z_glob, self.squared)
+        return penalty, {"representation_l2": penalty}
 
 
 class FedProxObjective(CrossEntropyObjective):

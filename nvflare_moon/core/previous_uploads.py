@@ -10,10 +10,12 @@ site: when a job is continued after a failure (:mod:`nvflare_moon.resume`), or w
 after saving, a site may have trained and saved the round that the server never aggregated, and that upload must not
 serve as its own previous model.
 
-:class:`PreviousUploads` is shared by the executors (:class:`~nvflare_moon.executors.MoonExecutor`, ...) and the
-Client API helpers (:class:`~nvflare_moon.client.PTMoonHelper`, ...).
+:class:`PreviousUploads` is the FIFO; :class:`StoredUploads` reads and writes it through a site's state store, for the
+round objects (:class:`~.moon.MoonRound`, :class:`~.fedsiam_da.FedSiamDARound`) that executors and Client API helpers
+share.
 """
 
+import logging
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
@@ -24,6 +26,8 @@ from .state import StateUnusable, tensor_signature
 from .training import frozen_copy
 
 Upload = Tuple[int, Dict[str, torch.Tensor]]  # (round, state dict)
+
+logger = logging.getLogger(__name__)
 
 
 class PreviousUploads:
@@ -83,3 +87,67 @@ class PreviousUploads:
         state = {name: t.detach().cpu().clone() for name, t in uploaded.state_dict().items()}
         kept = (self.uploads + [(round_number, state)])[-(self.keep + 1) :]
         return {HISTORY_ROUNDS: [r for r, _ in kept], "previous_models": [s for _, s in kept]}
+
+
+class StoredUploads:
+    """The :class:`PreviousUploads` of one site, read from a state store at a round's start and written at its end.
+
+    A stored file that does not fit the network is set aside (never deleted), and the round trains without the term
+    that needs the uploads; the warning says which.
+
+    Args:
+        store: the site's store for this state (a :class:`~.state.SiteStateStore`, or anything with its ``load``,
+            ``save`` and ``set_aside``, such as :class:`~.job_state.ContinuedStateStore`).
+    """
+
+    def __init__(self, store):
+        self.store = store
+        self.previous = PreviousUploads()
+        self.round_number: Optional[int] = None
+
+    def start(self, round_number: int, network: nn.Module, keep: int, without: str) -> List[nn.Module]:
+        """Frozen copies of ``network`` holding the last ``keep`` uploads before ``round_number``, oldest first."""
+        where = f"{self.store.site}: round {round_number}"
+        self.previous = PreviousUploads(keep)
+        self.round_number = round_number
+        try:
+            record = self.store.load()
+            self.loaded(record, round_number)
+            try:
+                ignored = self.previous.restore(record, round_number, network)
+            except StateUnusable as e:
+                raise self.store.set_aside("other-network", str(e)) from e
+        except StateUnusable as e:
+            logger.warning(f"{where}: {e}; training this round without {without}")
+            return []
+        if ignored:
+            logger.info(f"{where}: ignoring the stored uploads of rounds {ignored}, not before it")
+        models = self.previous.models(network)
+        rounds = [r for r, _ in self.previous.uploads[-keep:]]
+        logger.info(f"{where}: previous local models from rounds {rounds}" if models else f"{where}: no previous model")
+        return models
+
+    def loaded(self, record: Optional[Mapping[str, Any]], round_number: int) -> None:
+        """Called with the stored record (None: none) before ``round_number`` reads it; a subclass may check it."""
+
+    def skip(self, round_number: int) -> None:
+        """Start ``round_number`` without reading the uploads (a term that needs none); :meth:`save` keeps only its own."""
+        self.previous = PreviousUploads()
+        self.round_number = round_number
+
+    def save(self, network: nn.Module) -> None:
+        """Store ``network`` as this round's upload."""
+        if self.round_number is None:
+            raise RuntimeError("StoredUploads.save() was called before start()")
+        self.store.save(self.round_number, self.previous.payload_after(self.round_number, network))
+
+    def last_upload(self) -> Optional[Upload]:
+        """``(round, state dict)`` of the last stored upload, or None.
+
+        Raises:
+            StateUnusable: see :meth:`~.state.SiteStateStore.load`.
+        """
+        record = self.store.load()
+        payload = {} if record is None else record["payload"]
+        uploads, rounds = payload.get("previous_models"), payload.get(HISTORY_ROUNDS)
+        return (rounds[-1], uploads[-1]) if uploads and rounds else None

@@ -10,19 +10,26 @@ Server, over the sites S that trained this round, N the number of sites:
     c ← c + Σ_{i∈S} Δc_i / N
 
 so that c stays the mean of all N sites' controls, whether or not every site takes part in a round.
-Nothing here knows about NVFlare's runtime; the executor persists c_i between rounds.
+Nothing here knows about NVFlare's runtime. :class:`PersistentScaffoldRound` keeps c_i in the site's state store
+between rounds, for :class:`~nvflare_moon.executors.ScaffoldExecutor` and
+:class:`~nvflare_moon.client.PTPersistentScaffoldHelper` alike.
 """
 
+import logging
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
+from nvflare.app_common.app_constant import AlgorithmConstants
 from nvflare.app_opt.pt.scaffold import PTScaffoldHelper
 
 from .history import HISTORY_NEEDED, HISTORY_ROUNDS
-from .state import tensor_signature
+from .objectives import CrossEntropyObjective
+from .state import StateUnusable, tensor_signature
 from .training import frozen_copy
+
+logger = logging.getLogger(__name__)
 
 Controls = Dict[str, torch.Tensor]
 
@@ -115,6 +122,88 @@ def controls_payload(earlier: List[Tuple[int, Controls]], round_number: int, con
     continued job that runs this round again starts from the same c_i."""
     keep = (earlier + [(round_number, control)])[-2:]
     return {HISTORY_ROUNDS: [r for r, _ in keep], "local_controls": [c for _, c in keep], HISTORY_NEEDED: 1}
+
+
+class PersistentScaffoldRound:
+    """One SCAFFOLD round on one site in NVFlare's message format (``meta["scaffold_c_global"]`` in,
+    ``meta["scaffold_c_diff"]`` out), with c_i read from and saved to the site's state store.
+
+    NVFlare's clients keep c_i in memory, where it silently restarts from zero whenever the client process restarts
+    (the simulator with ``-t < -n``, a production client restart). c_i is saved round-stamped, with the c_i the round
+    started from beside it, so a continued job that runs a saved round again starts it from the same c_i.
+
+    Args:
+        store: the site's store for this state (see :class:`~.previous_uploads.StoredUploads`).
+        network: the local network, holding the round's global weights at :meth:`start`.
+        lr: the optimizer's learning rate.
+        recipe: what sends the global control, named in the error when it is missing.
+    """
+
+    keeps_local_model = False
+
+    def __init__(self, store, network: nn.Module, lr: float, recipe: str = "ScaffoldRecipe"):
+        self.store = store
+        self.network = network
+        self.lr = lr
+        self.recipe = recipe
+        self.round: Optional[ScaffoldRound] = None
+        self.round_number = 0
+        self._history: List[Tuple[int, Controls]] = []  # (round, c_i after it) of the rounds before this one
+
+    def start(self, round_number: int, meta: Optional[Mapping[str, Any]] = None) -> CrossEntropyObjective:
+        """Build the round's :class:`ScaffoldRound` from the server's c and this site's stored c_i; the objective is
+        FedAvg's CE.
+
+        Raises:
+            ValueError: a round after the first without the server's c, or a control that does not fit the network.
+        """
+        global_control = (meta or {}).get(AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL)
+        if global_control is None and round_number > 0:
+            raise ValueError(
+                f"round {round_number}: the server sent no SCAFFOLD global control "
+                f"(meta[{AlgorithmConstants.SCAFFOLD_CTRL_GLOBAL!r}]); run with {self.recipe} "
+                "(ScaffoldAggregator) or NVFlare's Scaffold controller"
+            )
+        self.round_number = round_number
+        self._history = self._load_history()
+        local_control = self._history[-1][1] if self._history else None
+        self.round = ScaffoldRound(self.network, self.lr, global_control, local_control)
+        return CrossEntropyObjective()
+
+    def before_epoch(self, epoch: int) -> None:
+        """SCAFFOLD does nothing between epochs."""
+
+    def after_step(self) -> None:
+        """The control correction w ← w − lr·(c − c_i); after every optimizer step."""
+        self.round.after_step()
+
+    def finish(self) -> Dict[str, Dict[str, np.ndarray]]:
+        """Update and save c_i; the meta entry with Δc_i to send beside the weights."""
+        delta = self.round.finish()
+        self.store.save(self.round_number, controls_payload(self._history, self.round_number, self.local_control))
+        return {AlgorithmConstants.SCAFFOLD_CTRL_DIFF: delta}
+
+    @property
+    def local_control(self) -> Controls:
+        """c_i (after :meth:`finish`: c_i⁺), see :attr:`ScaffoldRound.local_control`."""
+        return self.round.local_control
+
+    def _load_history(self) -> List[Tuple[int, Controls]]:
+        """The stored (round, c_i after it) of earlier rounds; empty, with a warning when a file exists but cannot be
+        used (it is then set aside), if there are none."""
+        where = f"{self.store.site}: round {self.round_number}"
+        try:
+            record = self.store.load()
+            if record is None:
+                logger.info(f"{where}: no stored SCAFFOLD control for this site, c_i starts at 0")
+                return []
+            try:
+                return controls_before(record["payload"], self.round_number, self.network)
+            except ValueError as e:
+                raise self.store.set_aside("other-network", str(e)) from e
+        except StateUnusable as e:
+            logger.warning(f"{where}: {e}; this site's SCAFFOLD control restarts from 0")
+            return []
 
 
 def apply_control_deltas(

@@ -1,8 +1,10 @@
 """FedAvg's client, and the NVFlare wiring every method shares.
 
 :class:`FedAvgExecutor` receives the global model, trains it locally with the papers' optimiser on the site's data and
-returns the weights with the number of training samples. Subclasses change only the objective and the state kept
-between rounds (:meth:`make_objective`, :meth:`after_training`); the math lives in :mod:`nvflare_moon.core.training`.
+returns the weights with the number of training samples. A method is the round object it holds
+(:mod:`nvflare_moon.core.rounds`: the objective, the hooks during training, the state kept between rounds and what
+is sent beside the weights): a method's executor adds its constructor arguments and overrides :meth:`make_round`
+alone. The training loop lives in :mod:`nvflare_moon.core.training`.
 
 Every executor also evaluates on the site's own test data and answers NVFlare's cross-site evaluation tasks:
 
@@ -36,7 +38,8 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
-from ..core.objectives import CrossEntropyObjective
+from ..core.job_state import ContinuedStateStore
+from ..core.rounds import FedAvgRound
 from ..core.state import SiteStateStore, StateUnusable, tensor_signature
 from ..core.training import evaluate, frozen_copy, sgd, train_local
 from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
@@ -205,6 +208,8 @@ class FedAvgExecutor(Executor):
         self._torch_device = torch.device("cpu")
         self._local_test = None  # the local test batches (None: the site has none)
         self._local_test_ready = False
+        self._round = None  # the method's round object (nvflare_moon.core.rounds), made anew every round
+        self._upload_meta: Dict[str, Any] = {}
 
     # ---- set-up -----------------------------------------------------------------------------------------------
 
@@ -318,13 +323,11 @@ class FedAvgExecutor(Executor):
         site = fl_ctx.get_identity_name()
         try:
             load_numpy_state(self._net, self._received_params(received))
-            self.on_receive(received, fl_ctx)
+            global_figures = self.evaluate_locally(self._net, fl_ctx)
+            objective = self.make_objective(round_number, fl_ctx, received.meta or {})
         except ValueError as e:
-            self.log_error(fl_ctx, str(e))
+            self.log_error(fl_ctx, f"{site}: {e}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-        global_figures = self.evaluate_locally(self._net, fl_ctx)
-
-        objective = self.make_objective(round_number, fl_ctx)
         started = time.perf_counter()
         result = train_local(
             self._net,
@@ -373,7 +376,7 @@ class FedAvgExecutor(Executor):
             meta={
                 "num_samples": self._num_samples,
                 FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples,
-                **self.extra_meta(),
+                **self._upload_meta,
             },
         )
         return FLModelUtils.to_shareable(reply)
@@ -426,32 +429,35 @@ class FedAvgExecutor(Executor):
         params = received.params or {}
         return restore_shapes(params, self._net.state_dict()) if self.encrypted_aggregation else params
 
-    # ---- what methods change ----------------------------------------------------------------------------------
+    # ---- the method: its round object ----------------------------------------------------------------------
 
-    def on_receive(self, received: FLModel, fl_ctx: FLContext) -> None:
-        """Runs once the global weights are loaded: read what the server sent beside them in ``received.meta``
-        (FedProx's μ, SCAFFOLD's global control). Raise ValueError, with the reason, to refuse the task."""
+    def make_round(self, fl_ctx: FLContext):
+        """The method's round object for this site (see :mod:`nvflare_moon.core.rounds`); FedAvg's here."""
+        return FedAvgRound()
 
-    def make_objective(self, round_number: int, fl_ctx: FLContext):
-        """The round's local objective; called after the global weights are loaded into the local model."""
-        return CrossEntropyObjective()
+    def make_objective(self, round_number: int, fl_ctx: FLContext, meta: Optional[Dict[str, Any]] = None):
+        """Start the round (the global weights are in the local model; ``meta`` came with them): its objective.
 
-    def after_step(self) -> None:
-        """Runs after every optimizer step."""
+        Raises:
+            ValueError: the method refuses the round (the reason says why).
+        """
+        self._round = self.make_round(fl_ctx)
+        return self._round.start(round_number, meta or {})
 
     def before_epoch(self, epoch: int) -> None:
-        """Runs before every local epoch (0-based), after :meth:`make_objective`."""
+        self._round.before_epoch(epoch)
+
+    def after_step(self) -> None:
+        self._round.after_step()
 
     def after_training(self, round_number: int, fl_ctx: FLContext) -> None:
-        """Runs once the round's training succeeded, before the reply is sent: persist state here."""
-
-    def extra_meta(self) -> Dict[str, Any]:
-        """Extra numpy/plain values to send beside the weights."""
-        return {}
+        """The round's training succeeded: the method saves its state and says what to send beside the weights."""
+        self._upload_meta = self._round.finish()
 
     def save_local_model(self, round_number: int, fl_ctx: FLContext) -> None:
-        """Persist the trained local model for ``submit_model`` (runs after :meth:`after_training`). Methods whose
-        state already holds the upload override this and :meth:`load_local_model` instead of writing it twice."""
+        """Persist the trained local model for ``submit_model``, unless the method's state already holds it."""
+        if self._round.keeps_local_model:
+            return
         state = {name: t.detach().cpu().clone() for name, t in self._net.state_dict().items()}
         self.state_store(LOCAL_MODEL_STATE, fl_ctx).save(round_number, {"model": state})
 
@@ -461,7 +467,10 @@ class FedAvgExecutor(Executor):
         Raises:
             StateUnusable: see :meth:`SiteStateStore.load`.
         """
-        record = self.load_state(LOCAL_MODEL_STATE, fl_ctx)
+        method = self.make_round(fl_ctx)
+        if method.keeps_local_model:
+            return method.uploads.last_upload()
+        record = self.job_state(LOCAL_MODEL_STATE, fl_ctx).load()
         return None if record is None else (record["round"], record["payload"]["model"])
 
     def state_store(self, name: str, fl_ctx: FLContext, job_id: Optional[str] = None) -> SiteStateStore:
@@ -471,37 +480,19 @@ class FedAvgExecutor(Executor):
         run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(job_id)
         return SiteStateStore(os.path.join(run_dir, STATE_FOLDER), name, fl_ctx.get_identity_name(), job_id)
 
-    def _continued_state_store(self, name: str, fl_ctx: FLContext) -> SiteStateStore:
-        """The store of the job this one continues: in its run folder, or under ``resume_state_dir``."""
+    def job_state(self, name: str, fl_ctx: FLContext) -> ContinuedStateStore:
+        """This job's store for ``name`` which, in a continuation job (``resume_from_job_id``), falls back on the
+        failed job's: in its run folder, or under ``resume_state_dir``."""
+        own = self.state_store(name, fl_ctx)
+        if self.resume_from_job_id is None:
+            return ContinuedStateStore(own)
         site = fl_ctx.get_identity_name()
         if self.resume_state_dir is not None:
             directory = os.path.join(self.resume_state_dir, site)
         else:
             run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(self.resume_from_job_id)
             directory = os.path.join(run_dir, STATE_FOLDER)
-        return SiteStateStore(directory, name, site, self.resume_from_job_id)
-
-    def load_state(self, name: str, fl_ctx: FLContext) -> Optional[Dict[str, Any]]:
-        """This site's stored ``name`` record for this job, or None. A continuation job (``resume_from_job_id``) with
-        no record of its own yet takes the failed job's and saves a copy in its own run folder, so that a
-        continuation of the continuation finds it too, and two jobs never write to the same file.
-
-        Raises:
-            StateUnusable: see :meth:`SiteStateStore.load`.
-        """
-        own = self.state_store(name, fl_ctx)
-        record = own.load()
-        if record is not None or self.resume_from_job_id is None:
-            return record
-        record = self._continued_state_store(name, fl_ctx).load()
-        if record is None:
-            self.log_warning(fl_ctx, f"this site has no {name} state from job {self.resume_from_job_id}")
-            return None
-        own.save(record["round"], record["payload"])
-        self.log_info(
-            fl_ctx, f"continuing job {self.resume_from_job_id}: took its {name} state, saved in round {record['round']}"
-        )
-        return record
+        return ContinuedStateStore(own, SiteStateStore(directory, name, site, self.resume_from_job_id))
 
 
 def site_data_settings(dataset, site_data: Optional[Dict[str, Any]], seed: int) -> Optional[SiteDataSettings]:

@@ -26,6 +26,7 @@ from .core.dual_aggregation import VECTORS
 from .core.fedsiam_da import FedSiamDASettings
 from .core.fedssc import FedSSCSettings
 from .core.moon import MoonSettings
+from .core.settings import settings_from_arguments
 from .privacy import add_update_filters, check_quantization
 from .server import (
     DualAggregator,
@@ -118,24 +119,7 @@ class MoonScriptRecipe(_ScriptRecipe):
         light_history: bool = False,
         **kwargs,
     ):
-        self.moon_settings = MoonSettings(
-            mu=mu,
-            temperature=temperature,
-            num_previous_models=num_previous_models,
-            representation_loss=representation_loss,
-            mu_off_rounds=mu_off_rounds,
-            mu_ramp_rounds=mu_ramp_rounds,
-            feature_noise_std=feature_noise_std,
-            light_history=light_history,
-        )
-        self.mu = mu
-        self.temperature = temperature
-        self.num_previous_models = num_previous_models
-        self.mu_off_rounds = mu_off_rounds
-        self.mu_ramp_rounds = mu_ramp_rounds
-        self.representation_loss = representation_loss
-        self.feature_noise_std = feature_noise_std
-        self.light_history = light_history
+        self.moon_settings = settings_from_arguments(MoonSettings, locals(), self)
         super().__init__(name=name, **kwargs)
 
     def client_settings(self) -> Dict[str, Any]:
@@ -181,19 +165,10 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         exclude_own_prototype: bool = False,
         **kwargs,
     ):
-        self.fedssc_settings = FedSSCSettings(
-            mu_glob=mu_glob,
-            min_class_count=min_class_count,
-            prototype_clip_norm=prototype_clip_norm,
-            prototype_noise_std=prototype_noise_std,
-        )
+        self.fedssc_settings = settings_from_arguments(FedSSCSettings, locals(), self)
         self.num_classes = num_classes
         self.prototype_dim = prototype_dim
         self.mu_moon = mu_moon
-        self.mu_glob = mu_glob
-        self.min_class_count = min_class_count
-        self.prototype_clip_norm = prototype_clip_norm
-        self.prototype_noise_std = prototype_noise_std
         self.seed = seed
         self.exclude_own_prototype = exclude_own_prototype
         super().__init__(
@@ -239,12 +214,9 @@ class FedSiamDAScriptRecipe(_ScriptRecipe):
         cosine_vector: str = "state",
         **kwargs,
     ):
-        self.fedsiam_da_settings = FedSiamDASettings(mu=mu, history=history, history_branch=history_branch)
+        self.fedsiam_da_settings = settings_from_arguments(FedSiamDASettings, locals(), self)
         check_number("cosine_floor", cosine_floor, low=0, low_inclusive=False)
         check_choice("cosine_vector", cosine_vector, VECTORS)
-        self.mu = mu
-        self.history = history
-        self.history_branch = history_branch
         self.cosine_floor = cosine_floor
         self.cosine_vector = cosine_vector
         super().__init__(name=name, **kwargs)

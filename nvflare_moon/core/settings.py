@@ -42,3 +42,12 @@ def settings_from_meta(
         return cls(**values)
     except ValueError as e:
         raise ValueError(f"the received meta holds an invalid setting (sent by {recipe}): {prefix}{e}") from e
+
+
+def settings_from_arguments(cls: Type[Settings], arguments: Mapping[str, Any], owner: Any) -> Settings:
+    """The ``cls`` built (and so checked) from a constructor's arguments of the same names (its ``locals()``), each
+    also stored on ``owner`` under its own name, where NVFlare's job exporter reads constructor arguments back."""
+    settings = cls(**{field.name: arguments[field.name] for field in dataclasses.fields(cls)})
+    for field in dataclasses.fields(cls):
+        setattr(owner, field.name, getattr(settings, field.name))
+    return settings

@@ -9,6 +9,7 @@ from nvflare.apis.fl_context import FLContext
 
 from ..core.fedsiam_da import FedSiamDARound, FedSiamDASettings
 from ..core.previous_uploads import StoredUploads
+from ..core.settings import settings_from_arguments
 from ..core.training import sgd
 from .fedavg import FedAvgExecutor
 
@@ -27,7 +28,7 @@ class FedSiamDAExecutor(FedAvgExecutor):
 
     def __init__(self, *args, mu: float = 0.01, history: str = "epoch", history_branch: str = "projection", **kwargs):
         super().__init__(*args, **kwargs)
-        self.fedsiam_da_settings = FedSiamDASettings(mu=mu, history=history, history_branch=history_branch)
+        self.fedsiam_da_settings = settings_from_arguments(FedSiamDASettings, locals(), self)
         if getattr(self.model, "predictor", None) is None:
             raise ValueError(
                 "model has no SimSiam predictor: build it with predictor_hidden_dim=64, "
@@ -37,9 +38,6 @@ class FedSiamDAExecutor(FedAvgExecutor):
             raise ValueError(
                 f"batch_size must be >= 2 for FedSiam-DA (the predictor's BatchNorm), got {self.batch_size}"
             )
-        self.mu = mu
-        self.history = history
-        self.history_branch = history_branch
 
     def make_round(self, fl_ctx: FLContext) -> FedSiamDARound:
         return FedSiamDARound(

@@ -11,6 +11,7 @@ from typing import Optional
 from nvflare.apis.fl_context import FLContext
 
 from ..core.fedssc import FedSSCRound, FedSSCSettings
+from ..core.settings import settings_from_arguments
 from ..models import ProjectionModel
 from .moon import MoonExecutor
 
@@ -53,16 +54,7 @@ class FedSSCExecutor(MoonExecutor):
                 "model must be a ProjectionModel such as nvflare_moon.models.Network: "
                 "FedSSC's prototypes have the shape of its classifier l3 (classes × projection size)"
             )
-        self.fedssc_settings = FedSSCSettings(
-            mu_glob=mu_glob,
-            min_class_count=min_class_count,
-            prototype_clip_norm=prototype_clip_norm,
-            prototype_noise_std=prototype_noise_std,
-        )
-        self.mu_glob = mu_glob
-        self.min_class_count = min_class_count
-        self.prototype_clip_norm = prototype_clip_norm
-        self.prototype_noise_std = prototype_noise_std
+        self.fedssc_settings = settings_from_arguments(FedSSCSettings, locals(), self)
 
     def make_round(self, fl_ctx: FLContext) -> FedSSCRound:
         classifier = self.model.l3  # K × D

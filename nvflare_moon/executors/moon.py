@@ -12,6 +12,7 @@ from nvflare.apis.fl_context import FLContext
 
 from ..core.moon import MoonRound, MoonSettings
 from ..core.previous_uploads import StoredUploads
+from ..core.settings import settings_from_arguments
 from .fedavg import FedAvgExecutor
 
 
@@ -42,25 +43,8 @@ class MoonExecutor(FedAvgExecutor):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.moon_settings = MoonSettings(
-            mu=mu,
-            temperature=temperature,
-            num_previous_models=num_previous_models,
-            representation_loss=representation_loss,
-            mu_off_rounds=mu_off_rounds,
-            mu_ramp_rounds=mu_ramp_rounds,
-            feature_noise_std=feature_noise_std,
-            light_history=light_history,
-        )
+        self.moon_settings = settings_from_arguments(MoonSettings, locals(), self)
         self.moon_settings.check_model(self.model)
-        self.mu = mu
-        self.temperature = temperature
-        self.num_previous_models = num_previous_models
-        self.representation_loss = representation_loss
-        self.mu_off_rounds = mu_off_rounds
-        self.mu_ramp_rounds = mu_ramp_rounds
-        self.feature_noise_std = feature_noise_std
-        self.light_history = light_history
 
     def make_round(self, fl_ctx: FLContext) -> MoonRound:
         uploads = StoredUploads(self.job_state(self.STATE_NAME, fl_ctx))

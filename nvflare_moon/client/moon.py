@@ -29,6 +29,7 @@ from ..core.fedssc import FedSSCRound, FedSSCSettings
 from ..core.moon import MoonRound, MoonSettings
 from ..core.objectives import Representation, projection_of
 from ..core.training import TermMeans
+from ..validation import check_number
 from .common import check_received_weights, check_upload_count, site_identity
 from .meta import NUM_SAMPLES
 from .uploads import ScriptUploads
@@ -75,8 +76,7 @@ class PTMoonHelper:
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
         if representation_fn is not None and not callable(representation_fn):
             raise ValueError(f"representation_fn must be a function (model, x) -> z, got {representation_fn!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        check_number("seed", seed, low=0, integer=True)
         self.model = model
         self.representation_fn = representation_fn
         self.state_dir = state_dir

@@ -1,0 +1,142 @@
+"""FedSSC's recipes: executors (:class:`FedSSCRecipe`) and a Client API script (:class:`FedSSCScriptRecipe`)."""
+
+from typing import Any, Dict, Optional
+
+from nvflare.apis.executor import Executor
+from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
+
+from ..core.fedssc import FedSSCSettings
+from ..core.settings import settings_from_arguments
+from ..encryption import WHY_NOT_ENCRYPTED
+from ..executors import FedSSCExecutor
+from ..server import PrototypeSharingAggregator
+from .moon import MoonRecipe, MoonScriptRecipe
+
+
+class FedSSCRecipe(MoonRecipe):
+    """FedSSC (shared supervised-contrastive FL) with the paper's defaults: MOON plus class prototypes that the server
+    draws from the sites (:class:`PrototypeSharingAggregator`) and sends back with the next global model.
+
+    Args:
+        mu_moon: weight of MOON's term; None (default): MOON's best μ for the dataset, as the paper says
+            (:data:`MOON_MU`: 5 for CIFAR-10, 1 for CIFAR-100 and Tiny-ImageNet).
+        mu_glob: weight of the prototype term (paper: 1).
+        temperature: τ of both terms (paper: 0.5).
+        num_previous_models: as for MOON (paper: 1).
+        min_class_count: the server draws a class's prototype only from sites with at least this many of its samples
+            in their last local epoch, and sites withhold the others (paper: 10).
+        prototype_clip_norm: clip each uploaded prototype to this L2 norm (None: off).
+        prototype_noise_std: σ of the Gaussian noise added to uploaded prototypes (0: off).
+        exclude_own_prototype: a site never gets its own class mean back as a prototype (default False; see
+            :class:`PrototypeSharingAggregator`).
+        **kwargs: every :class:`MoonRecipe` argument but ``mu`` and ``representation_loss`` (the cold start schedules
+            μ_moon) and every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
+    """
+
+    option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedssc"]}
+
+    def __init__(
+        self,
+        *,
+        name: str = "fedssc_cifar10",
+        mu_moon: Optional[float] = None,
+        mu_glob: float = 1.0,
+        temperature: float = 0.5,
+        num_previous_models: int = 1,
+        min_class_count: int = 10,
+        prototype_clip_norm: Optional[float] = None,
+        prototype_noise_std: float = 0.0,
+        exclude_own_prototype: bool = False,
+        **kwargs,
+    ):
+        self.mu_glob = mu_glob
+        self.min_class_count = min_class_count
+        self.prototype_clip_norm = prototype_clip_norm
+        self.prototype_noise_std = prototype_noise_std
+        self.exclude_own_prototype = exclude_own_prototype
+        super().__init__(
+            name=name, mu=mu_moon, temperature=temperature, num_previous_models=num_previous_models, **kwargs
+        )
+        self.mu_moon = self.mu  # as MoonRecipe resolved it
+
+    def make_executor(self, common_args: Dict[str, Any]) -> Executor:
+        return FedSSCExecutor(
+            **common_args,
+            **self.moon_args(),
+            mu_glob=self.mu_glob,
+            min_class_count=self.min_class_count,
+            prototype_clip_norm=self.prototype_clip_norm,
+            prototype_noise_std=self.prototype_noise_std,
+        )
+
+    def make_aggregator(self) -> ModelAggregator:
+        return PrototypeSharingAggregator(
+            num_classes=self.num_classes,
+            prototype_dim=self.out_dim,
+            min_class_count=self.min_class_count,
+            seed=self.seed,
+            exclude_own_prototype=self.exclude_own_prototype,
+            allow_partial_updates=self.allow_partial_updates,
+        )
+
+
+class FedSSCScriptRecipe(MoonScriptRecipe):
+    """FedSSC for a Client API script that uses :class:`~nvflare_moon.client.PTFedSSCHelper`: MOON plus class
+    prototypes that the server draws from the sites' class means and sends back with the next global model.
+
+    Args:
+        num_classes: K.
+        prototype_dim: D, the size of the representation z the script's helper contrasts.
+        mu_moon: μ of MOON's term (paper: 5 for CIFAR-10).
+        mu_glob: μ_glob ≥ 0 of the prototype term (paper: 1).
+        temperature: τ of both terms (paper: 0.5).
+        num_previous_models: m, as for MOON.
+        mu_off_rounds, mu_ramp_rounds: the cold start of μ_moon, as for MOON (default off).
+        min_class_count: sites upload, and the server draws from, only classes with at least this many samples
+            (paper: 10).
+        prototype_clip_norm: clip each uploaded mean to this L2 norm (None: off).
+        prototype_noise_std: σ of the Gaussian noise on uploaded means (0: off).
+        seed: seed of the server's prototype draw.
+        exclude_own_prototype: a site never gets its own class mean back (the helper takes the alternate the server
+            sends; see :class:`~nvflare_moon.server.PrototypeSharingAggregator`). Default False.
+        **kwargs: as for :class:`MoonScriptRecipe`.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str = "fedssc_script",
+        num_classes: int,
+        prototype_dim: int,
+        mu_moon: float = 5.0,
+        mu_glob: float = 1.0,
+        temperature: float = 0.5,
+        num_previous_models: int = 1,
+        min_class_count: int = 10,
+        prototype_clip_norm: Optional[float] = None,
+        prototype_noise_std: float = 0.0,
+        seed: int = 0,
+        exclude_own_prototype: bool = False,
+        **kwargs,
+    ):
+        self.fedssc_settings = settings_from_arguments(FedSSCSettings, locals(), self)
+        self.num_classes = num_classes
+        self.prototype_dim = prototype_dim
+        self.mu_moon = mu_moon
+        self.seed = seed
+        self.exclude_own_prototype = exclude_own_prototype
+        super().__init__(
+            name=name, mu=mu_moon, temperature=temperature, num_previous_models=num_previous_models, **kwargs
+        )
+
+    def make_aggregator(self) -> ModelAggregator:
+        return PrototypeSharingAggregator(
+            num_classes=self.num_classes,
+            prototype_dim=self.prototype_dim,
+            min_class_count=self.min_class_count,
+            seed=self.seed,
+            exclude_own_prototype=self.exclude_own_prototype,
+        )
+
+    def client_settings(self) -> Dict[str, Any]:
+        return {**super().client_settings(), **self.fedssc_settings.to_meta()}

@@ -41,6 +41,43 @@ from ..server import (
 )
 from ..validation import check_number
 
+# The constructor's arguments kept on the recipe under their own names, and those every site's executor takes as they are.
+STORED_ARGUMENTS = (
+    "min_clients",
+    "num_rounds",
+    "num_sites",
+    "dataset",
+    "site_data",
+    "data_root",
+    "arch",
+    "out_dim",
+    "seed",
+    "sample_fraction",
+    "server_evaluation",
+    "stop_cond",
+    "patience",
+    "byoc",
+    "quantization",
+    "privacy_filters",
+    "encryption",
+)
+EXECUTOR_ARGUMENTS = (
+    "dataset",
+    "data_root",
+    "download",
+    "site_data",
+    "num_sites",
+    "partition",
+    "beta",
+    "seed",
+    "local_epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "device",
+    "num_threads",
+)
 # What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
 PER_SITE_KEYS = ("data_root", "device", "num_threads")
 
@@ -120,139 +157,119 @@ class FedAvgBaselineRecipe(Recipe):
         privacy_filters: Optional[List[Filter]] = None,
         encryption: Optional[str] = None,
     ):
-        check_quantization(quantization)
-        privacy_filters = check_privacy_filters(privacy_filters)
-        refuse_unsupported(
-            type(self).__name__, {"privacy_filters": privacy_filters, "encryption": encryption}, self.option_limits
-        )
-        check_number("min_clients", min_clients, low=1, integer=True)
-        check_number("num_rounds", num_rounds, low=1, integer=True)
-        num_sites = min_clients if num_sites is None else num_sites
-        check_number("num_sites", num_sites, low=min_clients, integer=True)
-        sites_per_round(num_sites, sample_fraction)
-        if sample_fraction < 1 and num_sites != min_clients:
-            raise ValueError(
-                f"sample_fraction={sample_fraction} samples from all sites: set min_clients={num_sites} (= num_sites)"
-            )
-        if dataset not in DATASETS + SITE_DATASETS:
-            raise ValueError(f"dataset must be one of {sorted(DATASETS + SITE_DATASETS)}, got {dataset!r}")
-        own_images = dataset in SITE_DATASETS
+        arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        arguments["num_sites"] = min_clients if num_sites is None else num_sites
         if server_evaluation is None:
-            server_evaluation = not own_images
-        if server_evaluation and own_images:
-            raise ValueError(
-                f"server_evaluation=True needs a test split on the server, which dataset={dataset!r} (the sites' own "
-                "images) does not have; set server_evaluation=False: the key metric is then the sites' local accuracy"
-            )
-        if stop_cond is not None:
-            try:
-                parse_compare_criteria(stop_cond)
-            except (ValueError, AttributeError) as e:
-                raise ValueError(
-                    f"stop_cond must read '<metric> <op> <value>' (e.g. 'test_accuracy >= 0.7'), got {stop_cond!r}: {e}"
-                ) from e
-        if patience is not None:
-            check_number("patience", patience, low=1, integer=True)
-            if stop_cond is None:
-                raise ValueError(f"patience={patience} counts rounds without improvement of stop_cond's metric; set it")
-        check_encryption(
-            encryption,
-            quantization=quantization,
-            privacy_filters=privacy_filters,
-            server_evaluation=server_evaluation,
-            sample_fraction=sample_fraction,
-            stop_cond=stop_cond,
-        )
-        self.min_clients = min_clients
-        self.num_rounds = num_rounds
-        self.num_sites = num_sites
-        self.dataset = dataset
-        self.site_data = site_data
-        self.data_root = data_root
-        self.out_dim = out_dim
-        self.seed = seed
-        self.sample_fraction = sample_fraction
-        self.server_evaluation = server_evaluation
-        self.stop_cond = stop_cond
-        self.patience = patience
-        self.byoc = byoc
-        self.quantization = quantization
-        self.privacy_filters = privacy_filters
-        self.encryption = encryption
-        self.allow_partial_updates = withholds_entries(privacy_filters)  # for make_aggregator
+            arguments["server_evaluation"] = dataset not in SITE_DATASETS  # the sites' own images: none on the server
+        arguments["privacy_filters"] = self._check_options(arguments)
+        for stored in STORED_ARGUMENTS:
+            setattr(self, stored, arguments[stored])
+        self.allow_partial_updates = withholds_entries(self.privacy_filters)  # for make_aggregator
         self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
-
-        image_settings = site_data_settings(dataset, site_data, seed)  # checked here, where the job is built
-        if image_settings is not None:
-            self.num_classes = len(image_settings.class_names)
-            image_args = dict(in_channels=image_settings.channels, image_size=image_settings.image_size)
-        else:
-            self.num_classes = NUM_CLASSES[dataset]
-            image_args = {}
-
-        def network() -> Network:
-            return Network(
-                arch=arch,
-                num_classes=self.num_classes,
-                out_dim=out_dim,
-                seed=seed,
-                **image_args,
-                **self.extra_network_args(),
-            )
-
-        data_args = dict(dataset=dataset, data_root=data_root, download=download)
+        self._network_args = self._network_args_for(dataset, site_data, seed)
         self._executor_args = dict(
-            model=network(),
-            **data_args,
-            site_data=site_data,
-            num_sites=num_sites,
-            partition=partition,
-            beta=beta,
-            seed=seed,
-            local_epochs=local_epochs,
-            batch_size=batch_size,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            device=device,
-            num_threads=num_threads,
-            send_weight_diff=sends_weight_diff(privacy_filters),
+            model=self.network(),
+            **{argument: arguments[argument] for argument in EXECUTOR_ARGUMENTS},
+            send_weight_diff=sends_weight_diff(self.privacy_filters),
             encrypted_aggregation=encryption is not None,
         )
         executor = self.make_executor(self._executor_args)  # every argument checked before anything is built
         self._tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
         self.per_site_config: Optional[Dict[str, Dict[str, Any]]] = None
+        super().__init__(self._server_job(name, download, device))
 
-        job = FedJob(name=name, min_clients=min_clients)
+    # ---- the steps of the constructor ---------------------------------------------------------------------------
+
+    def _check_options(self, arguments: Dict[str, Any]) -> List[Filter]:
+        """Raise ValueError, naming the argument, for an option this job cannot run with (the executor's arguments are
+        checked by the executor); the checked privacy filters. ``arguments`` are the constructor's."""
+        check_quantization(arguments["quantization"])
+        privacy_filters = check_privacy_filters(arguments["privacy_filters"])
+        options = {"privacy_filters": privacy_filters, "encryption": arguments["encryption"]}
+        refuse_unsupported(type(self).__name__, options, self.option_limits)
+        check_number("min_clients", arguments["min_clients"], low=1, integer=True)
+        check_number("num_rounds", arguments["num_rounds"], low=1, integer=True)
+        check_number("num_sites", arguments["num_sites"], low=arguments["min_clients"], integer=True)
+        sites_per_round(arguments["num_sites"], arguments["sample_fraction"])
+        if arguments["sample_fraction"] < 1 and arguments["num_sites"] != arguments["min_clients"]:
+            raise ValueError(
+                f"sample_fraction={arguments['sample_fraction']} samples from all sites: set min_clients={arguments['num_sites']} "
+                "(= num_sites)"
+            )
+        if arguments["dataset"] not in DATASETS + SITE_DATASETS:
+            raise ValueError(f"dataset must be one of {sorted(DATASETS + SITE_DATASETS)}, got {arguments['dataset']!r}")
+        if arguments["server_evaluation"] and arguments["dataset"] in SITE_DATASETS:
+            raise ValueError(
+                f"server_evaluation=True needs a test split on the server, which dataset={arguments['dataset']!r} (the sites' "
+                "own images) does not have; set server_evaluation=False: the key metric is then the sites' local "
+                "accuracy"
+            )
+        check_stop_condition(arguments["stop_cond"], arguments["patience"])
+        check_encryption(
+            arguments["encryption"],
+            quantization=arguments["quantization"],
+            privacy_filters=privacy_filters,
+            server_evaluation=arguments["server_evaluation"],
+            sample_fraction=arguments["sample_fraction"],
+            stop_cond=arguments["stop_cond"],
+        )
+        return privacy_filters
+
+    def _network_args_for(self, dataset: str, site_data: Optional[Dict[str, Any]], seed: int) -> Dict[str, Any]:
+        """The :class:`Network` arguments of this job's model, for the clients and the server alike."""
+        image_settings = site_data_settings(dataset, site_data, seed)  # checked here, where the job is built
+        if image_settings is None:
+            self.num_classes = NUM_CLASSES[dataset]
+            image_args = {}
+        else:
+            self.num_classes = len(image_settings.class_names)
+            image_args = dict(in_channels=image_settings.channels, image_size=image_settings.image_size)
+        return dict(num_classes=self.num_classes, seed=seed, **image_args, **self.extra_network_args())
+
+    def network(self) -> Network:
+        """A new copy of the job's network (the same initial weights every time: they come from its seed)."""
+        return Network(arch=self.arch, out_dim=self.out_dim, **self._network_args)
+
+    def _server_job(self, name: str, download: bool, device: str) -> FedJob:
+        """The job with its server: the controller and its aggregator, the persistor, the global evaluation and the
+        run checks (the clients' apps are added when the job is built, see :meth:`_prepare_client_apps`)."""
+        job = FedJob(name=name, min_clients=self.min_clients)
         job.set_app_packages(["nvflare_moon"])
-        if encryption is not None:
-            add_encrypted_server(job, network(), min_clients, num_rounds, self._tasks[0])
-            job.to_server(SiteMetricsRecorder(model=network()), id="global_evaluator")
+        if self.encryption is not None:
+            add_encrypted_server(job, self.network(), self.min_clients, self.num_rounds, self._tasks[0])
+            job.to_server(SiteMetricsRecorder(model=self.network()), id="global_evaluator")
             if self.task_meta():
                 job.to_server(TrainTaskSettings(client_settings=self.task_meta()), id="task_settings")
         else:
-            job.comp_ids = job.to_server(PTModel(model=network()), id="persistor")  # the ids NVFlare's helpers read
-            controller_args = dict(
-                num_clients=min_clients,
-                num_rounds=num_rounds,
-                aggregator=self.make_aggregator(),
-                stop_cond=stop_cond,
-                patience=patience,
-                **self.controller_args(),
+            job.comp_ids = job.to_server(
+                PTModel(model=self.network()), id="persistor"
+            )  # the ids NVFlare's helpers read
+            job.to_server(self._controller(), id="controller")
+            test_data = dict(dataset=self.dataset, data_root=self.data_root, download=download)
+            evaluator = GlobalModelEvaluator(
+                model=self.network(), **(test_data if self.server_evaluation else dict(dataset=None)), device=device
             )
-            if sample_fraction < 1:
-                controller = SampledFedAvg(sample_fraction=sample_fraction, sample_seed=seed, **controller_args)
-            else:
-                controller = FedAvg(**controller_args)
-            job.to_server(controller, id="controller")
-            test_data = dict(data_args) if server_evaluation else dict(dataset=None)
-            job.to_server(GlobalModelEvaluator(model=network(), **test_data, device=device), id="global_evaluator")
-        if not own_images:  # the sites' own images are not shards of one split: nothing to cover
-            job.to_server(ShardCoverageCheck(num_sites=num_sites), id="shard_coverage_check")
+            job.to_server(evaluator, id="global_evaluator")
+        if self.dataset not in SITE_DATASETS:  # the sites' own images are not shards of one split: nothing to cover
+            job.to_server(ShardCoverageCheck(num_sites=self.num_sites), id="shard_coverage_check")
         job.to_server(RunOutcomeCheck(controller_id="controller"), id="run_outcome_check")
-        if byoc:
+        if self.byoc:
             job.to_server(byoc_marker())
-        super().__init__(job)
+        return job
+
+    def _controller(self) -> FedAvg:
+        """NVFlare's FedAvg controller with our aggregator, or :class:`SampledFedAvg` under partial participation."""
+        controller_args = dict(
+            num_clients=self.min_clients,
+            num_rounds=self.num_rounds,
+            aggregator=self.make_aggregator(),
+            stop_cond=self.stop_cond,
+            patience=self.patience,
+            **self.controller_args(),
+        )
+        if self.sample_fraction < 1:
+            return SampledFedAvg(sample_fraction=self.sample_fraction, sample_seed=self.seed, **controller_args)
+        return FedAvg(**controller_args)
 
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
         """NVFlare's ``set_per_site_config``: one client app per named site, with that site's :data:`PER_SITE_KEYS`
@@ -302,3 +319,19 @@ class FedAvgBaselineRecipe(Recipe):
     def extra_network_args(self) -> Dict[str, Any]:
         """Extra :class:`Network` arguments (FedSiam-DA's predictor), for the clients' and the server's model."""
         return {}
+
+
+def check_stop_condition(stop_cond: Optional[str], patience: Optional[int]) -> None:
+    """Raise ValueError unless ``stop_cond`` is None or NVFlare's ``"<metric> <op> <value>"``, and ``patience`` None
+    or a positive count that comes with a ``stop_cond``."""
+    if stop_cond is not None:
+        try:
+            parse_compare_criteria(stop_cond)
+        except (ValueError, AttributeError) as e:
+            raise ValueError(
+                f"stop_cond must read '<metric> <op> <value>' (e.g. 'test_accuracy >= 0.7'), got {stop_cond!r}: {e}"
+            ) from e
+    if patience is not None:
+        check_number("patience", patience, low=1, integer=True)
+        if stop_cond is None:
+            raise ValueError(f"patience={patience} counts rounds without improvement of stop_cond's metric; set it")

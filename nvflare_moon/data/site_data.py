@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
@@ -171,3 +171,23 @@ def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[
         held.append(rng.permutation(rows)[: int(round(fraction * len(rows)))])
     held_out = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
     return np.setdiff1d(np.arange(len(labels)), held_out), held_out
+
+
+def site_data_settings(dataset, site_data: Optional[Dict[str, Any]], seed: int) -> Optional[SiteDataSettings]:
+    """The checked settings of a site's own images (``dataset`` ``"image_folder"``/``"datalist"``), else None;
+    ``site_data`` is refused with any other dataset, and required with these two."""
+    if not (isinstance(dataset, str) and dataset in SITE_DATASETS):
+        if site_data is not None:
+            raise ValueError(f"site_data is for dataset='image_folder' or 'datalist', not dataset={dataset!r}")
+        return None
+    if not isinstance(site_data, dict) or "class_names" not in site_data:
+        raise ValueError(
+            f"dataset={dataset!r} needs site_data={{'class_names': [...], ...}}: the label order, the same on every "
+            f"site; got site_data={site_data!r}"
+        )
+    if {"dataset", "seed"} & set(site_data):
+        raise ValueError("site_data takes neither 'dataset' nor 'seed': they are the executor's own arguments")
+    try:
+        return SiteDataSettings(dataset=dataset, seed=seed, **site_data)
+    except TypeError as e:  # an unknown key
+        raise ValueError(f"site_data: {e}; its keys are the SiteDataSettings fields") from e

@@ -23,7 +23,7 @@ from ..data.site_data import list_and_decode
 from ..data.site_files import SITE_DATASETS, SiteDataError, resolve_site_root
 from ..data.site_report import DATA_CHECK_TASK, REPORT_KEY, redact_paths, site_report
 from ..validation import check_choice, check_number
-from .fedavg import site_data_settings
+from ..data.site_data import site_data_settings
 
 
 class DataCheckExecutor(Executor):

@@ -44,7 +44,7 @@ from ..core.state import SiteStateStore, StateUnusable, tensor_signature
 from ..core.training import evaluate, frozen_copy, sgd, train_local
 from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
 from ..data import DATASETS, PARTITION_METHODS
-from ..data.site_data import SiteDataSettings
+from ..data.site_data import site_data_settings
 from ..data.site_files import SITE_DATASETS, resolve_site_root
 from ..data.sources import PartitionedSource, SiteImagesSource, TorchDatasetSource, dataset_batches
 from ..models import check_num_classes
@@ -364,12 +364,16 @@ class FedAvgExecutor(Executor):
             f"({result.steps * self.batch_size / seconds:.0f} img/s); " + _format(metrics),
         )
         self._stream_metrics(metrics, round_number, fl_ctx)
+        return FLModelUtils.to_shareable(self._reply(received, metrics, result.steps))
+
+    def _reply(self, received: FLModel, metrics: Dict[str, float], steps: int) -> FLModel:
+        """The trained weights (or their difference to the received ones) with the metrics and the upload's meta."""
         params = state_dict_to_numpy(self._net)
-        # NVFlare's HE encryptor weighs by NUM_STEPS_CURRENT_ROUND; FedAvg's weight is the sample count
-        steps_or_samples = self._num_samples if self.encrypted_aggregation else result.steps
         if self.send_weight_diff:
             params = {name: value - np.asarray(received.params[name]) for name, value in params.items()}
-        reply = FLModel(
+        # NVFlare's HE encryptor weighs by NUM_STEPS_CURRENT_ROUND; FedAvg's weight is the sample count
+        steps_or_samples = self._num_samples if self.encrypted_aggregation else steps
+        return FLModel(
             params=params,
             params_type=ParamsType.DIFF if self.send_weight_diff else ParamsType.FULL,
             metrics=metrics,
@@ -379,7 +383,6 @@ class FedAvgExecutor(Executor):
                 **self._upload_meta,
             },
         )
-        return FLModelUtils.to_shareable(reply)
 
     def _stream_metrics(self, metrics: Dict[str, float], round_number: int, fl_ctx: FLContext) -> None:
         """Fire NVFlare's analytics event for every figure, so that the receivers ``add_experiment_tracking`` sets up
@@ -493,26 +496,6 @@ class FedAvgExecutor(Executor):
             run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(self.resume_from_job_id)
             directory = os.path.join(run_dir, STATE_FOLDER)
         return ContinuedStateStore(own, SiteStateStore(directory, name, site, self.resume_from_job_id))
-
-
-def site_data_settings(dataset, site_data: Optional[Dict[str, Any]], seed: int) -> Optional[SiteDataSettings]:
-    """The checked settings of a site's own images (``dataset`` ``"image_folder"``/``"datalist"``), else None;
-    ``site_data`` is refused with any other dataset, and required with these two."""
-    if not (isinstance(dataset, str) and dataset in SITE_DATASETS):
-        if site_data is not None:
-            raise ValueError(f"site_data is for dataset='image_folder' or 'datalist', not dataset={dataset!r}")
-        return None
-    if not isinstance(site_data, dict) or "class_names" not in site_data:
-        raise ValueError(
-            f"dataset={dataset!r} needs site_data={{'class_names': [...], ...}}: the label order, the same on every "
-            f"site; got site_data={site_data!r}"
-        )
-    if {"dataset", "seed"} & set(site_data):
-        raise ValueError("site_data takes neither 'dataset' nor 'seed': they are the executor's own arguments")
-    try:
-        return SiteDataSettings(dataset=dataset, seed=seed, **site_data)
-    except TypeError as e:  # an unknown key
-        raise ValueError(f"site_data: {e}; its keys are the SiteDataSettings fields") from e
 
 
 def check_he_context(fl_ctx: FLContext) -> None:

@@ -19,7 +19,7 @@ from ..data import DATASETS, NUM_CLASSES
 from ..data.site_files import SITE_DATASETS
 from ..encryption import add_encrypted_server, add_encryption_filters, check_encryption
 from ..executors import FedAvgExecutor
-from ..executors.fedavg import site_data_settings
+from ..data.site_data import site_data_settings
 from ..models import Network
 from ..privacy import (
     add_update_filters,

@@ -320,8 +320,8 @@ def main(argv=None) -> int:
         last = results.metrics()[-1]
         print(f"global model:     {results.global_model}")
         print(f"metrics:          {results.metrics_file} (round {last['round']}: {_headline(last)})")
-        for site, figures in sorted(last.get("site_metrics", {}).items()):
-            print(f"  {site}: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(figures.items()) if "accuracy" in k))
+        for site, metrics in sorted(last.get("site_metrics", {}).items()):
+            print(f"  {site}: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()) if "accuracy" in k))
         print(f"TensorBoard logs: {results.tb_events}  (tensorboard --logdir {results.tb_events})")
     return 0
 

@@ -1,6 +1,6 @@
 """Server-side math on state dicts of numpy arrays, framework-free.
 
-    weighted FedAvg:  w = Σ_k (n_k / Σ_j n_j) · w_k     over the participating parties
+    weighted FedAvg:  w = Σ_k (n_k / Σ_j n_j) · w_k     over the participating sites
 
 Every state-dict entry is averaged, BatchNorm running statistics included. Integer entries (``num_batches_tracked``)
 are averaged in float64 and rounded back to their integer dtype.

@@ -24,7 +24,7 @@ def model_contrastive_loss(
     Args:
         z: the local model's projections, ``[B, D]``.
         z_glob: the global model's projections of the same batch, ``[B, D]``.
-        z_prev: the projections of the party's previous local models, oldest first, each ``[B, D]``.
+        z_prev: the projections of the site's previous local models, oldest first, each ``[B, D]``.
         temperature: τ > 0.
     """
     if not z_prev:

@@ -65,7 +65,7 @@ class MoonObjective(PenalizedObjective):
 
     Args:
         global_model: the round's received global model, frozen.
-        previous_models: the party's previous local models, oldest first, frozen; empty drops the term.
+        previous_models: the site's previous local models, oldest first, frozen; empty drops the term.
         mu: μ ≥ 0; 0 (a cold-start round, see :func:`~nvflare_moon.core.schedules.scheduled_mu`) also drops the term,
             which is then neither computed nor reported.
         temperature: τ > 0.
@@ -115,7 +115,7 @@ class LightHistoryMoonObjective(MoonObjective):
 
     Args:
         global_model, mu, temperature: as for :class:`MoonObjective`.
-        previous_heads: the party's previous projection heads, oldest first, frozen; empty drops the term.
+        previous_heads: the site's previous projection heads, oldest first, frozen; empty drops the term.
     """
 
     def __init__(self, global_model: nn.Module, previous_heads: Sequence[nn.Module], mu: float, temperature: float):
@@ -262,7 +262,7 @@ class FedSiamDAObjective(CrossEntropyObjective):
 
     Args:
         local_model: the model being trained; it must have a predictor (``predictor_hidden_dim``).
-        previous_upload: the party's previous upload, frozen, or None (round 0, first participation).
+        previous_upload: the site's previous upload, frozen, or None (round 0, first participation).
         mu: μ ≥ 0.
         make_optimizer: builds the working copy's optimizer with the local one's settings,
             e.g. ``lambda m: sgd(m, lr, momentum, weight_decay)``.

@@ -1,8 +1,8 @@
-"""A party's previous uploads, kept between rounds: MOON's negatives and FedSiam-DA's history model.
+"""A site's previous uploads, kept between rounds: MOON's negatives and FedSiam-DA's history model.
 
-The local models the party uploaded are kept, each with its round, in a state record (see :mod:`.state`) that is
+The local models the site uploaded are kept, each with its round, in a state record (see :mod:`.state`) that is
 reloaded at the start of every round and replaced at the end, so the method is the same algorithm whether the client
-process lives for the whole job or is restarted for every task (NVFlare's simulator with ``-t < -n``). A party that
+process lives for the whole job or is restarted for every task (NVFlare's simulator with ``-t < -n``). A site that
 was not sampled in a round keeps its older uploads.
 
 Round r uses the last ``keep`` uploads from rounds before r. One more is stored, because a round can run twice at a
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 class PreviousUploads:
-    """The FIFO of one party's uploads before the current round.
+    """The FIFO of one site's uploads before the current round.
 
     Args:
         keep: m ≥ 1, how many of the latest earlier uploads a round uses.

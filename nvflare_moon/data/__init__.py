@@ -99,7 +99,7 @@ def site_train_arrays(
     beta: float = 0.5,
     seed: int = 0,
 ) -> ImageArrays:
-    """The training shard of ``site_name`` (``site-1`` -> party 0, ...) under the given partition."""
+    """The training shard of ``site_name`` (``site-1`` -> the partition's shard 0, ...) under the given partition."""
     idx = site_partition(splits, num_sites, partition, beta, seed)[site_index(site_name, num_sites)]
     return splits.train.subset(idx)
 

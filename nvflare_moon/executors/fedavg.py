@@ -71,7 +71,7 @@ class FedAvgExecutor(Executor):
         val_dataset: this site's own test data, a map-style ``Dataset`` of ``(image tensor, label)``. Default: with a
             dataset name, the site's class-proportional share of the test split
             (:func:`~nvflare_moon.data.site_test_arrays`); with its own images, its test split or ``val_fraction``
-            of its training images; with a ``Dataset``, none (no local figures, a warning).
+            of its training images; with a ``Dataset``, none (no local metrics, a warning).
         data_root: folder holding the dataset; default ``$NVFLARE_MOON_DATA`` or ``~/.cache/nvflare_moon/data``.
             With the site's own images: the site's folder (or manifest), checked on the site at the job's start;
             NVFlare resolves ``{SITE_NAME}``, ``{WORKSPACE}`` and ``{$VAR}`` in it there. None: the site's
@@ -294,7 +294,7 @@ class FedAvgExecutor(Executor):
             else:
                 self._local_test, why = self._data.test_batches(), self._data.no_test_reason
             if self._local_test is None:
-                self.log_warning(fl_ctx, f"{site} has no local test data ({why}); its local figures are not reported")
+                self.log_warning(fl_ctx, f"{site} has no local test data ({why}); its local metrics are not reported")
             self._local_test_ready = True
         return self._local_test
 
@@ -323,7 +323,7 @@ class FedAvgExecutor(Executor):
         site = fl_ctx.get_identity_name()
         try:
             load_numpy_state(self._net, self._received_params(received))
-            global_figures = self.evaluate_locally(self._net, fl_ctx)
+            global_metrics = self.evaluate_locally(self._net, fl_ctx)
             objective = self.make_objective(round_number, fl_ctx, received.meta or {})
         except ValueError as e:
             self.log_error(fl_ctx, f"{site}: {e}")
@@ -352,11 +352,11 @@ class FedAvgExecutor(Executor):
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         self.after_training(round_number, fl_ctx)
         self.save_local_model(round_number, fl_ctx)
-        local_figures = self.evaluate_locally(self._net, fl_ctx)
+        local_metrics = self.evaluate_locally(self._net, fl_ctx)
         metrics = {
             **{f"train_{k}": v for k, v in terms.items()},
-            **global_figures,
-            **{f"local_model_{k}": v for k, v in local_figures.items()},
+            **global_metrics,
+            **{f"local_model_{k}": v for k, v in local_metrics.items()},
         }
         self.log_info(
             fl_ctx,
@@ -402,11 +402,11 @@ class FedAvgExecutor(Executor):
         except ValueError as e:
             self.log_error(fl_ctx, f"{site}: cannot evaluate the model of {owner}: {e}")
             return make_reply(ReturnCode.BAD_TASK_DATA)
-        figures = self.evaluate_locally(model, fl_ctx)
-        if not figures:
+        metrics = self.evaluate_locally(model, fl_ctx)
+        if not metrics:
             return make_reply(ReturnCode.EMPTY_RESULT)
-        self.log_info(fl_ctx, f"{site}: the model of {owner} on the local test data: " + _format(figures))
-        return FLModelUtils.to_shareable(FLModel(metrics=figures))
+        self.log_info(fl_ctx, f"{site}: the model of {owner} on the local test data: " + _format(metrics))
+        return FLModelUtils.to_shareable(FLModel(metrics=metrics))
 
     def _submit_model(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         """Cross-site evaluation: this site's last trained local model, as persisted by ``train``."""
@@ -512,5 +512,5 @@ def check_he_context(fl_ctx: FLContext) -> None:
         ) from e
 
 
-def _format(figures: Dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.4f}" for k, v in sorted(figures.items()))
+def _format(metrics: Dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))

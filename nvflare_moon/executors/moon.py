@@ -1,7 +1,7 @@
 """MOON's client (Li, He and Song, CVPR 2021): FedAvg's local training plus the model-contrastive term.
 
 The round is :class:`~nvflare_moon.core.moon.MoonRound`, the object :class:`~nvflare_moon.client.PTMoonHelper` runs in
-a Client API script. The party's previous local models (a FIFO of the last ``num_previous_models`` uploads) are kept in
+a Client API script. The site's previous local models (a FIFO of the last ``num_previous_models`` uploads) are kept in
 a job-scoped state file, so MOON is the same algorithm whether the client process lives for the whole job or is
 restarted for every task (NVFlare's simulator with ``-t < -n``). The MOON article's practical options, the cold start
 (a μ schedule), noise before the projection head and a light history (previous projection heads only), are off by

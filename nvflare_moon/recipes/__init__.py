@@ -13,7 +13,7 @@ Every recipe is a PyTorch recipe to NVFlare's helpers (``framework``, and the pe
 its executors answer ``validate`` and ``submit_model``, and its clients forward analytics events to the server, so::
 
     add_cross_site_evaluation(recipe)             # nvflare.recipe.utils: every site's row for every model
-    add_experiment_tracking(recipe, "mlflow")     # the sites' figures, streamed through NVFlare
+    add_experiment_tracking(recipe, "mlflow")     # the sites' metrics, streamed through NVFlare
 
 One module per method (``moon.py`` holds :class:`MoonRecipe`, :class:`MoonScriptRecipe` and :data:`MOON_MU`); the
 Client API recipes (``*ScriptRecipe``) are also importable from :mod:`nvflare_moon.client_api_recipes`.

@@ -104,7 +104,7 @@ class FedAvgBaselineRecipe(Recipe):
             mean of the sites' local accuracy of the global model. Default: True for a named dataset, False for the
             sites' own images (the server has none).
         stop_cond: NVFlare's early stopping, ``"<metric> >= <value>"`` on the round's metrics: ``test_accuracy``
-            (server evaluation) or the weighted means of the sites' figures (``accuracy``, ``local_model_accuracy``,
+            (server evaluation) or the weighted means of the sites' metrics (``accuracy``, ``local_model_accuracy``,
             ``train_loss``, ...). With it, NVFlare's ``FedAvg`` saves ``FL_global_model.pt`` only when the metric
             improves. None: off.
         patience: stop after this many rounds without improvement of the ``stop_cond`` metric (needs ``stop_cond``).

@@ -1,5 +1,5 @@
 """The server's record of every round: the global model's test accuracy (the papers' figure), how the sites' own
-figures spread across sites, and the best global model by a key metric."""
+metrics spread across sites, and the best global model by a key metric."""
 
 import json
 import math
@@ -31,14 +31,14 @@ from ..runtime import resolve_device, resolve_num_threads
 from ..validation import check_choice, check_number
 
 METRICS_FILENAME = "global_metrics.jsonl"
-# the sites' local figures (see FedAvgExecutor): the received global model's, and their own trained model's
+# the sites' local metrics (see FedAvgExecutor): the received global model's, and their own trained model's
 LOCAL_FIGURES = {"accuracy": "of the global model", "local_model_accuracy": "of the local models"}
 SERVER_KEY_METRIC = "test_accuracy"
 SITES_KEY_METRIC = "accuracy"
 
 
 class GlobalModelEvaluator(FLComponent):
-    """Evaluate every round's aggregate on the server, summarise the sites' local figures, keep the best model.
+    """Evaluate every round's aggregate on the server, summarise the sites' local metrics, keep the best model.
 
     After each aggregation it logs, writes to TensorBoard (``<run dir>/tb_events/global``) and appends as one JSON
     line to ``<run dir>/global_metrics.jsonl``:
@@ -48,7 +48,7 @@ class GlobalModelEvaluator(FLComponent):
       their local test data, before training; ``local_model_accuracy``: their trained model), the weighted mean, the
       worst and best site and the standard deviation across sites (:func:`~nvflare_moon.core.site_metrics.site_spread`);
     - the sites' mean training metrics, and aggregate meta under keys starting with ``site_`` (``site_metrics``: every
-      site's figures; per-site scalars such as FedSiam-DA's ``site_dual_weights`` also go to TensorBoard);
+      site's metrics; per-site scalars such as FedSiam-DA's ``site_dual_weights`` also go to TensorBoard);
     - ``best_model``: the key metric, its best value so far and the round whose aggregate it belongs to (-1: the
       initial model).
 
@@ -135,7 +135,7 @@ class GlobalModelEvaluator(FLComponent):
         self._metrics_path = os.path.join(run_dir, METRICS_FILENAME)
 
     def round_aggregate(self, fl_ctx: FLContext) -> FLModel:
-        """The round's aggregate as an ``FLModel`` (weights, the sites' mean metrics, their figures in the meta):
+        """The round's aggregate as an ``FLModel`` (weights, the sites' mean metrics, their metrics in the meta):
         what our aggregators return to NVFlare's ``FedAvg`` controller."""
         return fl_ctx.get_prop(AppConstants.AGGREGATION_RESULT)
 
@@ -220,7 +220,7 @@ class SiteMetricsRecorder(GlobalModelEvaluator):
     """The round record of a server that cannot read the aggregate: encrypted aggregation (the recipes'
     ``encryption="ckks"``), where NVFlare's ``ScatterAndGather`` runs its HE aggregator on ciphertexts.
 
-    The sites' own figures still travel in the clear in each update's meta (their metrics, ``num_samples``), so this
+    The sites' own metrics still travel in the clear in each update's meta (their metrics, ``num_samples``), so this
     component collects them as the aggregator accepts each update and writes the same ``global_metrics.jsonl`` line,
     TensorBoard scalars and best-model tracking as :class:`GlobalModelEvaluator` without server data: the key metric
     is the ``num_samples``-weighted mean of the sites' ``accuracy`` of the global model they received.
@@ -236,7 +236,7 @@ class SiteMetricsRecorder(GlobalModelEvaluator):
 
     def __init__(self, model: nn.Module):
         super().__init__(model=model, dataset=None)
-        self._site_figures: Dict[str, Tuple[float, Dict[str, float]]] = {}  # site -> (num_samples, metrics)
+        self._site_metrics: Dict[str, Tuple[float, Dict[str, float]]] = {}  # site -> (num_samples, metrics)
 
     def handle_event(self, event_type: str, fl_ctx: FLContext):
         if event_type == AppEventType.AFTER_CONTRIBUTION_ACCEPT and fl_ctx.get_prop(AppConstants.AGGREGATION_ACCEPTED):
@@ -247,15 +247,15 @@ class SiteMetricsRecorder(GlobalModelEvaluator):
         site = fl_ctx.get_peer_context().get_identity_name()
         meta = from_shareable(fl_ctx.get_prop(AppConstants.TRAINING_RESULT)).meta
         metrics = meta.get(MetaKey.INITIAL_METRICS) or {}
-        figures = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.number))}
-        self._site_figures[site] = (float(meta.get("num_samples", 1.0)), figures)
+        scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, np.number))}
+        self._site_metrics[site] = (float(meta.get("num_samples", 1.0)), scalars)
 
     def round_aggregate(self, fl_ctx: FLContext) -> FLModel:
-        sites = sorted(self._site_figures)
-        counts = [self._site_figures[s][0] for s in sites]
+        sites = sorted(self._site_metrics)
+        counts = [self._site_metrics[s][0] for s in sites]
         weights = dict(zip(sites, normalized_weights(counts).tolist())) if sites else {}
-        site_metrics = {s: self._site_figures[s][1] for s in sites}
-        self._site_figures = {}
+        site_metrics = {s: self._site_metrics[s][1] for s in sites}
+        self._site_metrics = {}
         return FLModel(
             params={},
             metrics=weighted_metric_means(site_metrics, weights),

@@ -31,9 +31,8 @@ Site → server, with the trained weights: ``num_samples`` (the FedAvg weight n_
 ``class_means`` [K, D] float32 and ``class_counts`` [K] int64.
 """
 
+from ..core.aggregation import NUM_SAMPLES  # noqa: F401 (re-exported)
 from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPE_AVAILABLE, PROTOTYPES  # noqa: F401 (re-exported)
-
-NUM_SAMPLES = "num_samples"
 
 MOON_MU = "moon_mu"
 MOON_TEMPERATURE = "moon_temperature"

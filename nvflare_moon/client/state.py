@@ -13,9 +13,7 @@ every job on the site shares, is never used.
 import os
 from typing import Optional
 
-from ..core.state import SiteStateStore
-
-STATE_FOLDER = "nvflare_moon"
+from ..core.state import STATE_FOLDER, SiteStateStore
 
 
 class StateFolderNotFound(RuntimeError):

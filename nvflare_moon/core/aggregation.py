@@ -10,6 +10,8 @@ from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
+NUM_SAMPLES = "num_samples"  # FLModel.meta key of a site's FedAvg weight n_k, sent with every update
+
 Params = Dict[str, np.ndarray]
 
 

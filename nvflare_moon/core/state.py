@@ -15,6 +15,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 
 FORMAT_VERSION = 1
+# a site's state folder in its run folder of the job, for executors and Client API scripts alike:
+# <workspace>/<site>/<job_id>/nvflare_moon/<name>.pt
+STATE_FOLDER = "nvflare_moon"
 
 
 class StateUnusable(Exception):

@@ -38,9 +38,10 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
+from ..core.aggregation import NUM_SAMPLES
 from ..core.job_state import ContinuedStateStore
 from ..core.rounds import FedAvgRound
-from ..core.state import SiteStateStore, StateUnusable, tensor_signature
+from ..core.state import STATE_FOLDER, SiteStateStore, StateUnusable, tensor_signature
 from ..core.training import evaluate, frozen_copy, sgd, train_local
 from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
 from ..data import DATASETS, PARTITION_METHODS
@@ -55,7 +56,6 @@ from ..validation import JOB_REFUSED_HEADER, check_choice, check_flag, check_num
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
 
 HE_CLIENT_CONTEXT = "client_context.tenseal"  # what NVFlare's HEBuilder writes into a site's kit (with the secret key)
-STATE_FOLDER = "nvflare_moon"  # in a site's run folder of the job: <workspace>/<site>/<job_id>/nvflare_moon/<name>.pt
 
 
 class FedAvgExecutor(Executor):
@@ -378,7 +378,7 @@ class FedAvgExecutor(Executor):
             params_type=ParamsType.DIFF if self.send_weight_diff else ParamsType.FULL,
             metrics=metrics,
             meta={
-                "num_samples": self._num_samples,
+                NUM_SAMPLES: self._num_samples,
                 FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples,
                 **self._upload_meta,
             },

@@ -9,11 +9,9 @@ from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.app_constant import AppConstants
 
-from ..core.aggregation import full_update, normalized_weights, update_problem, weighted_average
+from ..core.aggregation import NUM_SAMPLES, full_update, normalized_weights, update_problem, weighted_average
 from ..core.site_metrics import weighted_metric_means
 from ..validation import check_flag
-
-NUM_SAMPLES = "num_samples"
 
 
 class SiteUpdate(NamedTuple):

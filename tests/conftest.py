@@ -62,7 +62,8 @@ def end_process_tree(pid: int) -> None:
 
 def aggregated_round(workspace: Path):
     """The last round whose global model the simulator run in ``workspace`` has checkpointed; None before the first."""
-    from nvflare_moon.resume import read_checkpoint, workspace_checkpoint
+    from nvflare_moon.resume import read_checkpoint
+    from nvflare_moon.resume_point import workspace_checkpoint
 
     try:
         return read_checkpoint(workspace_checkpoint(str(workspace)))[1]["current_round"]

@@ -27,7 +27,7 @@ from ..recipes import (
     MoonRecipe,
     ScaffoldRecipe,
 )
-from ..resume import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
+from ..resume_point import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
 from .collect import read_simulator_results, read_solo_report
 from .protocols import RunSpec, Variant, format_value
 

@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import psutil
 
-from ..resume import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
+from ..resume_point import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
 from .methods import METHODS, variant_label
 from .process_watch import PeakMemoryWatcher
 from .progress import Progress

@@ -8,6 +8,7 @@ affected.
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
@@ -44,6 +45,17 @@ def _check_labels(labels) -> np.ndarray:
     return y
 
 
+@contextlib.contextmanager
+def _seeded_global_rng(seed: int):
+    """Seed numpy's legacy global RNG (the reference's) for the block, and restore its previous state after it."""
+    saved_state = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        yield
+    finally:
+        np.random.set_state(saved_state)
+
+
 def dirichlet_partition(
     labels: np.ndarray, num_parties: int, beta: float, seed: int, min_size: int = 10
 ) -> list[np.ndarray]:
@@ -65,52 +77,62 @@ def dirichlet_partition(
     on return. Raises ValueError if ``min_size * num_parties`` exceeds the number of samples, or if no draw reaches
     ``min_size`` within ``MAX_DIRICHLET_TRIES`` tries (where the reference would loop forever).
     """
+    y, n_parties = _check_dirichlet_args(labels, num_parties, beta, min_size)
+    with _seeded_global_rng(seed):
+        parties = _draw_until_min_size(y, n_parties, beta, min_size)
+        for party in parties:
+            np.random.shuffle(party)
+    return [np.asarray(party, dtype=np.int64) for party in parties]
+
+
+def _check_dirichlet_args(labels, num_parties, beta, min_size) -> tuple[np.ndarray, int]:
+    """The labels as an array and the number of parties; raises ValueError for an argument out of range."""
     y = _check_labels(labels)
     n_parties = _check_positive_int(num_parties, "num_parties", "pass the number of sites (e.g. the simulator's -n)")
     if not np.isfinite(beta) or beta <= 0:
         raise ValueError(f"beta must be a positive float (Dirichlet concentration, e.g. 0.5), got {beta!r}")
     if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 0:
         raise ValueError(f"min_size must be a non-negative integer, got {min_size!r}")
-    n_total = y.shape[0]
-    if min_size * n_parties > n_total:
+    if min_size * n_parties > y.shape[0]:
         raise ValueError(
             f"min_size={min_size} samples for each of num_parties={n_parties} parties needs "
-            f"{min_size * n_parties} samples but labels has only {n_total}; "
+            f"{min_size * n_parties} samples but labels has only {y.shape[0]}; "
             f"lower min_size or num_parties"
         )
-    n_classes = int(y.max()) + 1
+    return y, n_parties
 
-    saved_state = np.random.get_state()
-    try:
-        np.random.seed(seed)
-        current_min = 0
-        tries = 0
-        idx_batch: list[list[int]] = [[] for _ in range(n_parties)]
-        while current_min < min_size:
-            if tries == MAX_DIRICHLET_TRIES:
-                raise ValueError(
-                    f"no Dirichlet draw gave every one of num_parties={n_parties} parties min_size="
-                    f"{min_size} samples in {tries} tries (beta={beta}); lower min_size or "
-                    f"num_parties, or raise beta"
-                )
-            tries += 1
-            idx_batch = [[] for _ in range(n_parties)]
-            for k in range(n_classes):
-                idx_k = np.where(y == k)[0]
-                np.random.shuffle(idx_k)
-                proportions = np.random.dirichlet(np.repeat(beta, n_parties))
-                proportions = np.array(
-                    [p * (len(idx_j) < n_total / n_parties) for p, idx_j in zip(proportions, idx_batch)]
-                )
-                proportions = proportions / proportions.sum()
-                cuts = (np.cumsum(proportions) * len(idx_k)).astype(int)[:-1]
-                idx_batch = [idx_j + idx.tolist() for idx_j, idx in zip(idx_batch, np.split(idx_k, cuts))]
-            current_min = min(len(idx_j) for idx_j in idx_batch)
-        for j in range(n_parties):
-            np.random.shuffle(idx_batch[j])
-    finally:
-        np.random.set_state(saved_state)
-    return [np.asarray(idx_j, dtype=np.int64) for idx_j in idx_batch]
+
+def _draw_until_min_size(y: np.ndarray, n_parties: int, beta: float, min_size: int) -> list[list[int]]:
+    """The parties' index lists of the first draw that gives every party ``min_size`` samples (the reference's
+    retry loop); raises ValueError after ``MAX_DIRICHLET_TRIES`` draws."""
+    parties: list[list[int]] = [[] for _ in range(n_parties)]
+    tries = 0
+    while min(len(party) for party in parties) < min_size:
+        if tries == MAX_DIRICHLET_TRIES:
+            raise ValueError(
+                f"no Dirichlet draw gave every one of num_parties={n_parties} parties min_size="
+                f"{min_size} samples in {tries} tries (beta={beta}); lower min_size or "
+                f"num_parties, or raise beta"
+            )
+        tries += 1
+        parties = _draw_split(y, n_parties, beta)
+    return parties
+
+
+def _draw_split(y: np.ndarray, n_parties: int, beta: float) -> list[list[int]]:
+    """One draw of the reference: each class's shuffled indices cut among the parties by Dirichlet proportions."""
+    share = y.shape[0] / n_parties
+    parties: list[list[int]] = [[] for _ in range(n_parties)]
+    for k in range(int(y.max()) + 1):
+        idx_k = np.where(y == k)[0]
+        np.random.shuffle(idx_k)
+        proportions = np.random.dirichlet(np.repeat(beta, n_parties))
+        # the reference gives nothing more to a party that already holds its share of the samples
+        proportions = np.array([p * (len(party) < share) for p, party in zip(proportions, parties)])
+        proportions = proportions / proportions.sum()
+        cuts = (np.cumsum(proportions) * len(idx_k)).astype(int)[:-1]
+        parties = [party + piece.tolist() for party, piece in zip(parties, np.split(idx_k, cuts))]
+    return parties
 
 
 def iid_partition(num_samples: int, num_parties: int, seed: int) -> list[np.ndarray]:
@@ -120,12 +142,8 @@ def iid_partition(num_samples: int, num_parties: int, seed: int) -> list[np.ndar
     n_parties = _check_positive_int(num_parties, "num_parties", "pass the number of sites (e.g. the simulator's -n)")
     if n_parties > n:
         raise ValueError(f"num_parties={n_parties} is larger than num_samples={n}; every party needs a sample")
-    saved_state = np.random.get_state()
-    try:
-        np.random.seed(seed)
+    with _seeded_global_rng(seed):
         idxs = np.random.permutation(n)
-    finally:
-        np.random.set_state(saved_state)
     return [part.astype(np.int64) for part in np.array_split(idxs, n_parties)]
 
 

@@ -93,42 +93,15 @@ def save_resume_point(
             holds a later round; the message says what to do.
     """
     model_path = workspace_checkpoint(workspace)
-    _, meta = read_checkpoint(model_path)
-    last_round = meta["current_round"]
-    server_config = read_json(
-        os.path.join(workspace, "server", SIMULATOR_JOB_ID, "app_server", "config", "config_fed_server.json")
-    )
-    first_round, _ = round_range(server_controller(server_config, "the workspace's server config"))
-    previous = load_resume_point(dest) if os.path.exists(os.path.join(dest, POINT_FILE)) else None
-    if previous is not None and previous.last_round > last_round:
-        raise ValueError(
-            f"{dest} holds round {previous.last_round}, the workspace {workspace} only round "
-            f"{last_round}: keeping the resume point; continue from it"
-        )
-    if first_round > 0 and (previous is None or previous.last_round != first_round - 1):
-        raise ValueError(
-            f"the run in {workspace} continues from round {first_round - 1}, but {dest} does not hold that resume "
-            "point: save it where the continuation was made from"
-        )
-    earlier = [r for r in previous.metrics() if r["round"] < first_round] if first_round > 0 else []
-    run_metrics = _read_jsonl(os.path.join(workspace, "server", SIMULATOR_JOB_ID, METRICS_FILE))
-    metrics = earlier + [r for r in run_metrics if first_round <= r["round"] <= last_round]
-    if [r["round"] for r in metrics] != list(range(last_round + 1)):
-        raise ValueError(
-            f"the global metrics of {workspace} hold rounds {[r['round'] for r in metrics]}, expected 0 … {last_round}"
-        )
-
+    last_round = read_checkpoint(model_path)[1]["current_round"]
+    previous, first_round = _previous_point(workspace, dest, last_round)
+    metrics = _metrics_through(workspace, previous, first_round, last_round)
     tmp = f"{os.path.abspath(dest)}.tmp.{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    if job_dir is None:
-        job_dir = previous.job_dir if previous is not None else None
-    if job_dir is not None:
-        shutil.copytree(job_dir, os.path.join(tmp, "job"), ignore=shutil.ignore_patterns(".__nvfl_*"))
-    elif first_round == 0:
-        _rebuild_job(workspace, os.path.join(tmp, "job"))
-    else:
-        raise ValueError(f"the job of the continuation in {workspace} is unknown: give the job folder")
+    if job_dir is None and previous is not None:
+        job_dir = previous.job_dir
+    _copy_job(workspace, job_dir, first_round, tmp)
     shutil.copyfile(model_path, os.path.join(tmp, "global_model.pt"))
     with open(os.path.join(tmp, METRICS_FILE), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in metrics)
@@ -150,6 +123,62 @@ def save_resume_point(
     write_json(os.path.join(tmp, POINT_FILE), record)
     _replace_folder(tmp, dest)
     return load_resume_point(dest)
+
+
+def _previous_point(workspace: str, dest: str, last_round: int) -> Tuple[Optional[ResumePoint], int]:
+    """The resume point already in ``dest`` (None: none) and the first round the workspace's run trained.
+
+    Raises:
+        ValueError: ``dest`` holds a later round, or the run continues from a round that ``dest`` does not hold.
+    """
+    server_config = read_json(
+        os.path.join(workspace, "server", SIMULATOR_JOB_ID, "app_server", "config", "config_fed_server.json")
+    )
+    first_round, _ = round_range(server_controller(server_config, "the workspace's server config"))
+    previous = load_resume_point(dest) if os.path.exists(os.path.join(dest, POINT_FILE)) else None
+    if previous is not None and previous.last_round > last_round:
+        raise ValueError(
+            f"{dest} holds round {previous.last_round}, the workspace {workspace} only round "
+            f"{last_round}: keeping the resume point; continue from it"
+        )
+    if first_round > 0 and (previous is None or previous.last_round != first_round - 1):
+        raise ValueError(
+            f"the run in {workspace} continues from round {first_round - 1}, but {dest} does not hold that resume "
+            "point: save it where the continuation was made from"
+        )
+    return previous, first_round
+
+
+def _metrics_through(
+    workspace: str, previous: Optional[ResumePoint], first_round: int, last_round: int
+) -> List[Dict[str, Any]]:
+    """The global metrics of rounds 0 … ``last_round``: the previous point's before the run, then the run's.
+
+    Raises:
+        ValueError: a round is missing.
+    """
+    earlier = [r for r in previous.metrics() if r["round"] < first_round] if first_round > 0 else []
+    run_metrics = _read_jsonl(os.path.join(workspace, "server", SIMULATOR_JOB_ID, METRICS_FILE))
+    metrics = earlier + [r for r in run_metrics if first_round <= r["round"] <= last_round]
+    if [r["round"] for r in metrics] != list(range(last_round + 1)):
+        raise ValueError(
+            f"the global metrics of {workspace} hold rounds {[r['round'] for r in metrics]}, expected 0 … {last_round}"
+        )
+    return metrics
+
+
+def _copy_job(workspace: str, job_dir: Optional[str], first_round: int, point_dir: str) -> None:
+    """The job as first run, into ``point_dir/job``: ``job_dir``, else rebuilt from a run that started at round 0.
+
+    Raises:
+        ValueError: a continuation's job is not given.
+    """
+    if job_dir is not None:
+        shutil.copytree(job_dir, os.path.join(point_dir, "job"), ignore=shutil.ignore_patterns(".__nvfl_*"))
+    elif first_round == 0:
+        _rebuild_job(workspace, os.path.join(point_dir, "job"))
+    else:
+        raise ValueError(f"the job of the continuation in {workspace} is unknown: give the job folder")
 
 
 def _save_site_states(source: str, site: str, last_round: int, dest: str, log) -> bool:

@@ -17,7 +17,7 @@ import json
 import os
 import time
 import zlib
-from typing import Callable, Dict, Iterable, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -27,6 +27,8 @@ from .data import (
     DATASETS,
     NUM_CLASSES,
     PARTITION_METHODS,
+    DatasetSplits,
+    ImageArrays,
     TensorBatchLoader,
     load_dataset,
     site_train_arrays,
@@ -83,21 +85,6 @@ def run_solo(
     The arguments mean what they mean for the federated jobs (:class:`~nvflare_moon.recipes.FedAvgBaselineRecipe`);
     ``output`` is the JSON report, also used to resume.
     """
-    check_choice("dataset", dataset, DATASETS)
-    check_choice("arch", arch, BACKBONES)
-    check_choice("partition", partition, PARTITION_METHODS)
-    for name, value in (("num_sites", num_sites), ("epochs", epochs), ("batch_size", batch_size)):
-        check_number(name, value, low=1, integer=True)
-    check_number("beta", beta, low=0, low_inclusive=False)
-    check_number("seed", seed, low=0, integer=True)
-    check_number("lr", lr, low=0, low_inclusive=False)
-    check_number("momentum", momentum, low=0)
-    check_number("weight_decay", weight_decay, low=0)
-    all_sites = [f"site-{k}" for k in range(1, num_sites + 1)]
-    sites = list(all_sites if sites is None else sites)
-    unknown = sorted(set(sites) - set(all_sites))
-    if unknown:
-        raise ValueError(f"sites {unknown} are not among site-1 ... site-{num_sites}")
     settings = dict(
         dataset=dataset,
         num_sites=num_sites,
@@ -112,52 +99,129 @@ def run_solo(
         momentum=momentum,
         weight_decay=weight_decay,
     )
+    _check_settings(settings)
+    sites = _chosen_sites(sites, num_sites)
     torch_device = resolve_device(device)
     results = _finished_sites(output, settings, log)
     splits = load_dataset(dataset, data_root, download)
-    test_batches = TensorBatchLoader(
-        splits.test, EVAL_BATCH_SIZE, test_transform(dataset), shuffle=False, drop_last=False
-    )
-    for site in sites:
-        if site in results:
-            log(f"{site}: already in {output}, test accuracy {results[site]['test_accuracy']:.4f}")
-            continue
-        shard = site_train_arrays(splits, site, num_sites, partition, beta, seed)
-        if len(shard) < batch_size:
-            raise ValueError(f"{site} has {len(shard)} samples, fewer than batch_size={batch_size}")
-        batches = TensorBatchLoader(
-            shard,
-            batch_size,
-            train_transform(dataset),
-            shuffle=True,
-            drop_last=True,
-            seed=zlib.crc32(f"{seed}/{site}/solo".encode()),
-            device=torch_device if torch_device.type == "cuda" else None,
-        )
-        model = Network(arch=arch, num_classes=NUM_CLASSES[dataset], out_dim=out_dim, seed=seed).to(torch_device)
-        log(f"{site}: {len(shard)} training samples, {len(batches)} batches/epoch, {epochs} epochs on {torch_device}")
-        started = time.perf_counter()
-        trained = train_solo_site(
-            model, batches, epochs, lr, momentum, weight_decay, torch_device, log=lambda msg: log(f"{site}: {msg}")
-        )
-        test = evaluate(model, test_batches, torch_device)
-        results[site] = {
-            "test_accuracy": test["accuracy"],
-            "test_loss": test["loss"],
-            "train_loss": trained.mean_terms.get("loss", float("nan")),
-            "num_samples": len(shard),
-            "seconds": time.perf_counter() - started,
-        }
-        log(f"{site}: test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f}")
-        report = _report(settings, results)
-        if output:
-            _write_atomic(report, output)
+    _train_missing_sites(sites, results, splits, settings, torch_device, output, log)
     report = _report(settings, {s: results[s] for s in sites})
     log(
         f"SOLO {dataset}, {len(sites)} sites, {epochs} epochs: test accuracy "
         f"{report['mean_test_accuracy']:.4f} ± {report['std_test_accuracy']:.4f} (mean ± std over sites)"
     )
     return report
+
+
+def _check_settings(settings: Dict) -> None:
+    """Raise ValueError, naming the setting, for the first setting out of its range."""
+    check_choice("dataset", settings["dataset"], DATASETS)
+    check_choice("arch", settings["arch"], BACKBONES)
+    check_choice("partition", settings["partition"], PARTITION_METHODS)
+    for name in ("num_sites", "epochs", "batch_size"):
+        check_number(name, settings[name], low=1, integer=True)
+    check_number("beta", settings["beta"], low=0, low_inclusive=False)
+    check_number("seed", settings["seed"], low=0, integer=True)
+    check_number("lr", settings["lr"], low=0, low_inclusive=False)
+    check_number("momentum", settings["momentum"], low=0)
+    check_number("weight_decay", settings["weight_decay"], low=0)
+
+
+def _chosen_sites(sites: Optional[Sequence[str]], num_sites: int) -> List[str]:
+    """``sites`` as a list (default: site-1 … site-N); raises ValueError for a site that is not among them."""
+    all_sites = [f"site-{k}" for k in range(1, num_sites + 1)]
+    chosen = list(all_sites if sites is None else sites)
+    unknown = sorted(set(chosen) - set(all_sites))
+    if unknown:
+        raise ValueError(f"sites {unknown} are not among site-1 ... site-{num_sites}")
+    return chosen
+
+
+def _train_missing_sites(
+    sites: List[str],
+    results: Dict[str, Dict],
+    splits: DatasetSplits,
+    settings: Dict,
+    device: torch.device,
+    output: Optional[str],
+    log: Callable[[str], None],
+) -> None:
+    """Train and test each of ``sites`` not yet in ``results``, adding its figures to ``results`` and rewriting the
+    report in ``output`` (if given) after each site."""
+    test_batches = TensorBatchLoader(
+        splits.test, EVAL_BATCH_SIZE, test_transform(settings["dataset"]), shuffle=False, drop_last=False
+    )
+    for site in sites:
+        if site in results:
+            log(f"{site}: already in {output}, test accuracy {results[site]['test_accuracy']:.4f}")
+            continue
+        results[site] = _train_and_test_site(site, splits, test_batches, settings, device, log)
+        if output:
+            _write_atomic(_report(settings, results), output)
+
+
+def _train_and_test_site(
+    site: str,
+    splits: DatasetSplits,
+    test_batches: TensorBatchLoader,
+    settings: Dict,
+    device: torch.device,
+    log: Callable[[str], None],
+) -> Dict:
+    """Train ``site``'s model alone on its shard; returns its figures for the report (test accuracy and loss, ...)."""
+    shard, batches = _site_batches(site, splits, settings, device)
+    model = Network(
+        arch=settings["arch"],
+        num_classes=NUM_CLASSES[settings["dataset"]],
+        out_dim=settings["out_dim"],
+        seed=settings["seed"],
+    ).to(device)
+    epochs = settings["epochs"]
+    log(f"{site}: {len(shard)} training samples, {len(batches)} batches/epoch, {epochs} epochs on {device}")
+    started = time.perf_counter()
+    trained = train_solo_site(
+        model,
+        batches,
+        epochs,
+        lr=settings["lr"],
+        momentum=settings["momentum"],
+        weight_decay=settings["weight_decay"],
+        device=device,
+        log=lambda msg: log(f"{site}: {msg}"),
+    )
+    test = evaluate(model, test_batches, device)
+    figures = {
+        "test_accuracy": test["accuracy"],
+        "test_loss": test["loss"],
+        "train_loss": trained.mean_terms.get("loss", float("nan")),
+        "num_samples": len(shard),
+        "seconds": time.perf_counter() - started,
+    }
+    log(f"{site}: test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f}")
+    return figures
+
+
+def _site_batches(
+    site: str, splits: DatasetSplits, settings: Dict, device: torch.device
+) -> Tuple[ImageArrays, TensorBatchLoader]:
+    """``site``'s training shard and its shuffled, augmented batches, seeded by (seed, site) so a site alone gives the
+    same result; raises ValueError if the shard is smaller than one batch."""
+    shard = site_train_arrays(
+        splits, site, settings["num_sites"], settings["partition"], settings["beta"], settings["seed"]
+    )
+    batch_size = settings["batch_size"]
+    if len(shard) < batch_size:
+        raise ValueError(f"{site} has {len(shard)} samples, fewer than batch_size={batch_size}")
+    batches = TensorBatchLoader(
+        shard,
+        batch_size,
+        train_transform(settings["dataset"]),
+        shuffle=True,
+        drop_last=True,
+        seed=zlib.crc32(f"{settings['seed']}/{site}/solo".encode()),
+        device=device if device.type == "cuda" else None,
+    )
+    return shard, batches
 
 
 def _report(settings: Dict, results: Dict[str, Dict]) -> Dict:

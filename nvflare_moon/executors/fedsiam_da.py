@@ -26,7 +26,14 @@ class FedSiamDAExecutor(FedAvgExecutor):
     STATE_NAME = "fedsiam_da_state"
     _always_serialize_args = FedAvgExecutor._always_serialize_args + ("mu", "history", "history_branch")
 
-    def __init__(self, *args, mu: float = 0.01, history: str = "epoch", history_branch: str = "projection", **kwargs):
+    def __init__(
+        self,
+        *args,
+        mu: float = FedSiamDASettings.mu,
+        history: str = FedSiamDASettings.history,
+        history_branch: str = FedSiamDASettings.history_branch,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.fedsiam_da_settings = settings_from_arguments(FedSiamDASettings, locals(), self)
         if getattr(self.model, "predictor", None) is None:

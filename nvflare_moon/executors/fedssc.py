@@ -42,10 +42,10 @@ class FedSSCExecutor(MoonExecutor):
     def __init__(
         self,
         *args,
-        mu_glob: float = 1.0,
-        min_class_count: int = 10,
-        prototype_clip_norm: Optional[float] = None,
-        prototype_noise_std: float = 0.0,
+        mu_glob: float = FedSSCSettings.mu_glob,
+        min_class_count: int = FedSSCSettings.min_class_count,
+        prototype_clip_norm: Optional[float] = FedSSCSettings.prototype_clip_norm,
+        prototype_noise_std: float = FedSSCSettings.prototype_noise_std,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)

@@ -32,14 +32,14 @@ class MoonExecutor(FedAvgExecutor):
     def __init__(
         self,
         *args,
-        mu: float = 5.0,
-        temperature: float = 0.5,
-        num_previous_models: int = 1,
-        representation_loss: str = "contrastive",
-        mu_off_rounds: int = 0,
-        mu_ramp_rounds: int = 0,
-        feature_noise_std: float = 0.0,
-        light_history: bool = False,
+        mu: float = MoonSettings.mu,
+        temperature: float = MoonSettings.temperature,
+        num_previous_models: int = MoonSettings.num_previous_models,
+        representation_loss: str = MoonSettings.representation_loss,
+        mu_off_rounds: int = MoonSettings.mu_off_rounds,
+        mu_ramp_rounds: int = MoonSettings.mu_ramp_rounds,
+        feature_noise_std: float = MoonSettings.feature_noise_std,
+        light_history: bool = MoonSettings.light_history,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)

@@ -6,6 +6,7 @@ from nvflare.apis.executor import Executor
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 
 from ..core.fedssc import FedSSCSettings
+from ..core.moon import MoonSettings
 from ..core.settings import settings_from_arguments
 from ..encryption import WHY_NOT_ENCRYPTED
 from ..executors import FedSSCExecutor
@@ -40,12 +41,12 @@ class FedSSCRecipe(MoonRecipe):
         *,
         name: str = "fedssc_cifar10",
         mu_moon: Optional[float] = None,
-        mu_glob: float = 1.0,
-        temperature: float = 0.5,
-        num_previous_models: int = 1,
-        min_class_count: int = 10,
-        prototype_clip_norm: Optional[float] = None,
-        prototype_noise_std: float = 0.0,
+        mu_glob: float = FedSSCSettings.mu_glob,
+        temperature: float = MoonSettings.temperature,
+        num_previous_models: int = MoonSettings.num_previous_models,
+        min_class_count: int = FedSSCSettings.min_class_count,
+        prototype_clip_norm: Optional[float] = FedSSCSettings.prototype_clip_norm,
+        prototype_noise_std: float = FedSSCSettings.prototype_noise_std,
         exclude_own_prototype: bool = False,
         **kwargs,
     ):
@@ -108,13 +109,13 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         name: str = "fedssc_script",
         num_classes: int,
         prototype_dim: int,
-        mu_moon: float = 5.0,
-        mu_glob: float = 1.0,
-        temperature: float = 0.5,
-        num_previous_models: int = 1,
-        min_class_count: int = 10,
-        prototype_clip_norm: Optional[float] = None,
-        prototype_noise_std: float = 0.0,
+        mu_moon: float = MoonSettings.mu,
+        mu_glob: float = FedSSCSettings.mu_glob,
+        temperature: float = MoonSettings.temperature,
+        num_previous_models: int = MoonSettings.num_previous_models,
+        min_class_count: int = FedSSCSettings.min_class_count,
+        prototype_clip_norm: Optional[float] = FedSSCSettings.prototype_clip_norm,
+        prototype_noise_std: float = FedSSCSettings.prototype_noise_std,
         seed: int = 0,
         exclude_own_prototype: bool = False,
         **kwargs,

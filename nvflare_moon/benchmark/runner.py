@@ -21,12 +21,12 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
 from ..resume_point import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
-from .methods import METHODS, variant_label
+from .methods import METHODS, Launch, variant_label
 from .process_watch import PeakMemoryWatcher
 from .progress import Progress
 from .protocols import Protocol, RunSpec
@@ -174,10 +174,7 @@ def execute_run(
     run_dir = run_folder(out_dir, spec)
     log_path = os.path.join(out_dir, "logs", f"{spec.run_id}.log")
     point = resume_point(out_dir, spec, resume_from, progress.log) if method.resumable else None
-    if point is None:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    os.makedirs(run_dir, exist_ok=True)
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    _prepare_folders(run_dir, log_path, fresh=point is None)
     try:
         launch = method.launch(spec, run_dir, data_root, point)
     except ValueError as e:
@@ -188,40 +185,10 @@ def execute_run(
     started, clock = time.time(), time.perf_counter()
     outcome = "FAILED"
     try:
-        with open(log_path, "a" if point is not None else "w") as log:
-            log.write(" ".join(launch.command) + "\n")
-            command = subprocess.Popen(
-                launch.command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                cwd=run_dir,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                start_new_session=True,
-            )
-            reader = threading.Thread(target=_follow, args=(command.stdout, log, launch, progress), daemon=True)
-            reader.start()
-            with PeakMemoryWatcher(command.pid) as watcher:
-                try:
-                    returncode = command.wait(timeout=run_timeout)
-                except subprocess.TimeoutExpired:
-                    returncode = None
-                finally:
-                    wall = time.perf_counter() - clock
-                    # Normally nothing is left. After a timeout or Ctrl-C everything is, and a process left over
-                    # would also hold the output pipe open.
-                    _end_process_tree(watcher, command)
-                    reader.join(timeout=30)
-        if returncode is None:
-            raise RunFailed(f"{spec.run_id} timed out after {run_timeout:.0f} s; its output is in {log_path}")
-        if returncode != 0:
-            raise RunFailed(
-                f"{spec.run_id} failed (exit code {returncode}); its output is in {log_path}:\n" + _tail(log_path)
-            )
-        try:
-            results = launch.collect(started)
-        except ValueError as e:
-            raise RunFailed(f"{spec.run_id}: {e}; its output is in {log_path}") from e
+        returncode, wall, peak_rss_mb = _run_watched(
+            launch, run_dir, log_path, point is not None, progress, run_timeout, clock
+        )
+        results = _collect_results(spec, launch, returncode, started, log_path, run_timeout)
         outcome = "done"
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run's state is kept and the same command resumes it
         outcome = "interrupted"
@@ -230,6 +197,88 @@ def execute_run(
         progress.end_run(outcome)
     if not keep_work:
         shutil.rmtree(run_dir, ignore_errors=True)
+    return _record(spec, launch, point, started, wall, peak_rss_mb, results)
+
+
+def _prepare_folders(run_dir: str, log_path: str, fresh: bool) -> None:
+    """Make the run's work folder (emptied first if ``fresh``: the run starts from round 0) and its log's folder."""
+    if fresh:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    os.makedirs(run_dir, exist_ok=True)
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+
+
+def _run_watched(
+    launch: Launch,
+    run_dir: str,
+    log_path: str,
+    append_log: bool,
+    progress: Progress,
+    run_timeout: Optional[float],
+    clock: float,
+) -> Tuple[Optional[int], float, Dict]:
+    """Run the launch's command to its end, its output into ``log_path``; returns its exit code (None: timed out),
+    its wall seconds since ``clock`` (a ``perf_counter`` value) and its peak memory report. Whatever it left running
+    is ended."""
+    with open(log_path, "a" if append_log else "w") as log:
+        log.write(" ".join(launch.command) + "\n")
+        command = subprocess.Popen(
+            launch.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=run_dir,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            start_new_session=True,
+        )
+        reader = threading.Thread(target=_follow, args=(command.stdout, log, launch, progress), daemon=True)
+        reader.start()
+        with PeakMemoryWatcher(command.pid) as watcher:
+            try:
+                returncode = command.wait(timeout=run_timeout)
+            except subprocess.TimeoutExpired:
+                returncode = None
+            finally:
+                wall = time.perf_counter() - clock
+                # Normally nothing is left. After a timeout or Ctrl-C everything is, and a process left over
+                # would also hold the output pipe open.
+                _end_process_tree(watcher, command)
+                reader.join(timeout=30)
+    return returncode, wall, watcher.report()
+
+
+def _collect_results(
+    spec: RunSpec,
+    launch: Launch,
+    returncode: Optional[int],
+    started: float,
+    log_path: str,
+    run_timeout: Optional[float],
+) -> Dict:
+    """The results of the run's command, which ended with ``returncode``; raises :class:`RunFailed` if it timed out,
+    failed or left incomplete results."""
+    if returncode is None:
+        raise RunFailed(f"{spec.run_id} timed out after {run_timeout:.0f} s; its output is in {log_path}")
+    if returncode != 0:
+        raise RunFailed(
+            f"{spec.run_id} failed (exit code {returncode}); its output is in {log_path}:\n" + _tail(log_path)
+        )
+    try:
+        return launch.collect(started)
+    except ValueError as e:
+        raise RunFailed(f"{spec.run_id}: {e}; its output is in {log_path}") from e
+
+
+def _record(
+    spec: RunSpec,
+    launch: Launch,
+    point: Optional[ResumePoint],
+    started: float,
+    wall: float,
+    peak_rss_mb: Dict,
+    results: Dict,
+) -> Dict:
+    """The complete record of a finished run of ``spec``."""
     return {
         "format": RECORD_FORMAT,
         "status": COMPLETE,
@@ -241,11 +290,11 @@ def execute_run(
         "beta": spec.beta,
         "continued_after_round": None if point is None else point.last_round,
         "spec": spec.fingerprint(),
-        "job_digest": method.job_digest(spec),
+        "job_digest": METHODS[spec.variant.method].job_digest(spec),
         "command": launch.command,
         "started": started,
         "wall_seconds": wall,
-        "peak_rss_mb": watcher.report(),
+        "peak_rss_mb": peak_rss_mb,
         "environment": environment(),
         **results,
     }
@@ -287,57 +336,40 @@ def run_protocol(
     Returns 0 if every run is finished, 1 otherwise. Raises ValueError for a method that is not registered and
     :class:`FinishedRunDiffers` before starting anything if a finished run does not match.
     """
-    unknown = sorted(set(methods or ()) - set(METHODS))
-    if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; registered: {sorted(METHODS)}")
-    specs = protocol.runs(methods)
-    if not specs:
-        raise ValueError(f"protocol {protocol.name!r} has no runs for methods {list(methods or [])}")
-    finished: Dict[str, Dict] = {}
-    for spec in specs:
-        record = load_finished(record_path(out_dir, spec), spec)
-        if record is not None:
-            finished[spec.run_id] = record
+    specs = _protocol_runs(protocol, methods)
+    finished = _finished_records(out_dir, specs)
     if save_progress:
-        for spec in specs:
-            if spec.run_id not in finished and METHODS[spec.variant.method].resumable:
-                try:
-                    point = resume_point(out_dir, spec, resume_from, log)
-                except RunFailed as e:
-                    log(str(e))
-                    continue
-                if point is not None:
-                    dest = os.path.join(save_progress, spec.run_id)
-                    shutil.rmtree(dest, ignore_errors=True)
-                    shutil.copytree(point.path, dest)
-                    log(
-                        f"{spec.run_id}: saved its state after round {point.last_round} in {dest} "
-                        f"({point.size_bytes()} bytes)"
-                    )
+        _save_progress(out_dir, specs, finished, resume_from, save_progress, log)
     todo = [] if summary_only or save_progress else [s for s in specs if s.run_id not in finished]
     log(
         f"protocol {protocol.name}: {len(specs)} runs, {len(finished)} already finished in {out_dir}, "
         f"{len(todo)} to run"
     )
     progress = Progress(len(todo), log)
-    failures: List[str] = []
     for spec in todo:
         try:
             record = execute_run(spec, out_dir, data_root, progress, run_timeout, keep_work, resume_from)
         except RunFailed as e:
-            failures.append(str(e))
             log(str(e))
             continue
         write_json_atomic(record_path(out_dir, spec), record)
         finished[spec.run_id] = record
+    return _summarise(protocol, out_dir, specs, finished, command, data_root, log)
+
+
+def _summarise(
+    protocol: Protocol,
+    out_dir: str,
+    specs: Sequence[RunSpec],
+    finished: Dict[str, Dict],
+    command: str,
+    data_root: Optional[str],
+    log: Callable[[str], None],
+) -> int:
+    """Write the protocol's summary of its finished runs; returns 0 if every run is finished, 1 otherwise."""
     records = [finished[s.run_id] for s in specs if s.run_id in finished]
     missing = [s for s in specs if s.run_id not in finished]
-    in_progress = {}
-    for spec in missing:
-        point_dir = os.path.join(run_folder(out_dir, spec), "resume_point")
-        if os.path.exists(os.path.join(point_dir, POINT_FILE)):
-            point = load_resume_point(point_dir)
-            in_progress[spec.run_id] = [m["test_accuracy"] for m in point.metrics()]
+    in_progress = _accuracies_so_far(out_dir, missing)
     summary = write_summary(
         os.path.join(out_dir, protocol.name),
         protocol,
@@ -350,3 +382,61 @@ def run_protocol(
     )
     log(f"summary: {summary}" + (f"; {len(missing)} runs not finished" if missing else ""))
     return 1 if missing else 0
+
+
+def _protocol_runs(protocol: Protocol, methods: Optional[Sequence[str]]) -> List[RunSpec]:
+    """The protocol's runs of ``methods`` (None: all); raises ValueError for an unregistered method or no runs."""
+    unknown = sorted(set(methods or ()) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; registered: {sorted(METHODS)}")
+    specs = protocol.runs(methods)
+    if not specs:
+        raise ValueError(f"protocol {protocol.name!r} has no runs for methods {list(methods or [])}")
+    return specs
+
+
+def _finished_records(out_dir: str, specs: Sequence[RunSpec]) -> Dict[str, Dict]:
+    """``{run_id: complete record}`` of the runs finished in ``out_dir``; see :func:`load_finished`."""
+    finished: Dict[str, Dict] = {}
+    for spec in specs:
+        record = load_finished(record_path(out_dir, spec), spec)
+        if record is not None:
+            finished[spec.run_id] = record
+    return finished
+
+
+def _save_progress(
+    out_dir: str,
+    specs: Sequence[RunSpec],
+    finished: Dict[str, Dict],
+    resume_from: Optional[str],
+    save_progress: str,
+    log: Callable[[str], None],
+) -> None:
+    """Copy the resume point of every unfinished resumable run into ``save_progress/<run_id>/``."""
+    for spec in specs:
+        if spec.run_id not in finished and METHODS[spec.variant.method].resumable:
+            try:
+                point = resume_point(out_dir, spec, resume_from, log)
+            except RunFailed as e:
+                log(str(e))
+                continue
+            if point is not None:
+                dest = os.path.join(save_progress, spec.run_id)
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(point.path, dest)
+                log(
+                    f"{spec.run_id}: saved its state after round {point.last_round} in {dest} "
+                    f"({point.size_bytes()} bytes)"
+                )
+
+
+def _accuracies_so_far(out_dir: str, missing: Sequence[RunSpec]) -> Dict[str, List[float]]:
+    """``{run_id: test accuracy of each round done}`` of the missing runs that have a resume point."""
+    in_progress = {}
+    for spec in missing:
+        point_dir = os.path.join(run_folder(out_dir, spec), "resume_point")
+        if os.path.exists(os.path.join(point_dir, POINT_FILE)):
+            point = load_resume_point(point_dir)
+            in_progress[spec.run_id] = [m["test_accuracy"] for m in point.metrics()]
+    return in_progress

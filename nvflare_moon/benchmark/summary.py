@@ -50,9 +50,38 @@ def write_summary(
     curves so far are plotted in ``accuracy_so_far.png``."""
     os.makedirs(folder, exist_ok=True)
     s = protocol.settings
-    groups = group_runs(records)
+    lines = _header(protocol, records, missing, command, environment, in_progress or {})
+    if in_progress:
+        accuracy_so_far(in_progress, os.path.join(folder, "accuracy_so_far.png"), _title(s))
+        lines += ["The interrupted runs so far:", "", "![accuracy so far](accuracy_so_far.png)", ""]
+    if s.dataset == "cifar10":
+        lines += [
+            "Our CIFAR-10 is the offline JPEG-compressed copy (quality 75; labels and order exact), so absolute "
+            "accuracies are not the official dataset's. Published numbers are **at the paper's settings**, not ours.",
+            "",
+        ]
+    if records:
+        lines += _results(folder, protocol, records, data_root)
+    path = os.path.join(folder, SUMMARY)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+    return path
+
+
+def _header(
+    protocol: Protocol,
+    records: Sequence[Dict],
+    missing: Sequence[RunSpec],
+    command: str,
+    environment: Dict,
+    in_progress: Dict[str, List[float]],
+) -> List[str]:
+    """The summary's title and its list of how, where and with what the runs were made, and how far they got."""
+    s = protocol.settings
     commits = Counter(r["environment"]["commit"] for r in records)
-    lines: List[str] = [
+    lines = [
         f"# Benchmark: `{protocol.name}` protocol",
         "",
         protocol.description,
@@ -67,37 +96,25 @@ def write_summary(
         "epochs per site.",
         f"- Runs: {len(records)} finished"
         + (f", {len(missing)} missing: " + ", ".join(m.run_id for m in missing) if missing else "."),
+    ]
+    for run_id, accuracies in sorted(in_progress.items()):
+        lines.append(
+            f"- In progress: {run_id}, {len(accuracies)} of {s.rounds} rounds done, test accuracy "
+            f"{100 * accuracies[-1]:.2f}% after round {len(accuracies) - 1}."
+        )
+    return lines + [""]
+
+
+def _results(folder: str, protocol: Protocol, records: Sequence[Dict], data_root: Optional[str]) -> List[str]:
+    """The tables and plots of the finished runs, with the per-round CSV written next to them."""
+    groups = group_runs(records)
+    lines = _tables(groups, protocol.settings.dataset, records)
+    lines += _plots(folder, protocol, groups, data_root)
+    write_curves_csv(records, os.path.join(folder, CURVES_CSV))
+    return lines + [
+        f"Every round of every run: [`{CURVES_CSV}`]({CURVES_CSV}); the full records are the run JSON files.",
         "",
     ]
-    for run_id, accuracies in sorted((in_progress or {}).items()):
-        lines.insert(
-            -1,
-            f"- In progress: {run_id}, {len(accuracies)} of {s.rounds} rounds done, test accuracy "
-            f"{100 * accuracies[-1]:.2f}% after round {len(accuracies) - 1}.",
-        )
-    if in_progress:
-        accuracy_so_far(in_progress, os.path.join(folder, "accuracy_so_far.png"), _title(s))
-        lines += ["The interrupted runs so far:", "", "![accuracy so far](accuracy_so_far.png)", ""]
-    if s.dataset == "cifar10":
-        lines += [
-            "Our CIFAR-10 is the offline JPEG-compressed copy (quality 75; labels and order exact), so absolute "
-            "accuracies are not the official dataset's. Published numbers are **at the paper's settings**, not ours.",
-            "",
-        ]
-    if records:
-        lines += _tables(groups, s.dataset, records)
-        lines += _plots(folder, protocol, groups, data_root)
-        write_curves_csv(records, os.path.join(folder, CURVES_CSV))
-        lines += [
-            f"Every round of every run: [`{CURVES_CSV}`]({CURVES_CSV}); the full records are the run JSON files.",
-            "",
-        ]
-    path = os.path.join(folder, SUMMARY)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, path)
-    return path
 
 
 def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:

@@ -175,3 +175,13 @@ def test_a_setting_is_checked_once_with_the_same_message_on_every_side(tmp_path)
     helper = PTMoonHelper(linear, state_dir=tmp_path, job_id="job-1", site="site-1")
     with pytest.raises(ValueError, match="light_history=True needs a ProjectionModel"):
         helper.start_round(received(linear, 0, MoonSettings(light_history=True).to_meta()))
+
+
+@pytest.mark.parametrize("cls", [MoonExecutor, FedSSCExecutor, FedSiamDAExecutor])
+def test_the_local_model_for_cross_site_evaluation_is_the_last_upload(tmp_path, cls):
+    executor, ctx = executor_site(cls, tmp_path, local_epochs=1)
+    executor_losses(executor, ctx, rounds=2, meta_of=prototypes_meta)
+    round_number, state = executor.load_local_model(ctx)
+    assert round_number == 1
+    for name, value in trained_in_round(1).items():
+        assert torch.equal(state[name], value), name

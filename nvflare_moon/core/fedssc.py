@@ -93,6 +93,11 @@ class FedSSCRound:
     def keeps_local_model(self) -> bool:
         return self.moon.keeps_local_model
 
+    @property
+    def uploads(self):
+        """MOON's stored uploads, which hold the trained model when :attr:`keeps_local_model`."""
+        return self.moon.uploads
+
     def start(self, round_number: int, meta: Optional[Mapping[str, Any]] = None) -> FedSSCObjective:
         """The round's objective, with the prototypes the server sent in ``meta`` (none: MOON's)."""
         self.round_number = round_number

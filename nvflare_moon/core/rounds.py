@@ -9,7 +9,8 @@ and the Client API helpers wrap for a user's own loop:
   server sent beside them. Raises ValueError, with the reason, to refuse the round;
 - ``before_epoch(epoch)`` and ``after_step()``: during training;
 - ``finish() -> dict``: once training succeeded: saves the site's state and returns what to send in the reply's meta;
-- ``keeps_local_model``: whether the state it saves holds the whole trained model (then no second copy is stored).
+- ``keeps_local_model``: whether the state it saves holds the whole trained model (then no second copy is stored,
+  and its ``uploads`` (:class:`~.previous_uploads.StoredUploads`) give that model back for cross-site evaluation).
 """
 
 from typing import Any, Dict, Mapping, Optional

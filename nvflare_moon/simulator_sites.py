@@ -26,6 +26,8 @@ import threading
 from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.fl_context import FLContext
 
+from .simulator_schedule import site_waited_on_first
+
 SIMULATOR_RUNNER_MODULE = "nvflare.private.fed.app.simulator.simulator_runner"
 
 
@@ -47,7 +49,7 @@ _claims = threading.local()  # the sites this thread picked during its current t
 def _claiming(get_next_run_client):
     @functools.wraps(get_next_run_client)
     def claim_next_run_client(self, gpu):
-        client = get_next_run_client(self, gpu)
+        client = site_waited_on_first(self.federated_clients, get_next_run_client(self, gpu))
         client.simulate_running = True  # still under the caller's lock: no other thread can pick it now
         getattr(_claims, "clients", []).append(client)
         return client

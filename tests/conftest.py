@@ -14,6 +14,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SIMULATOR_WORKER = "nvflare.private.fed.app.simulator.simulator_worker"
+WARM_WORKERS = "nvflare_moon.simulator_workers"
 
 
 class SimulatorRun:
@@ -114,11 +115,13 @@ def run_simulator(job_dir, workspace, n: int, t: int, timeout: float = 300, clie
 
 def kill_workers(workspace) -> list:
     """Kill the simulator client workers of ``workspace`` that are still alive; return their pids."""
-    root = os.path.abspath(workspace) + os.sep
+    folder = os.path.abspath(workspace)
     workers = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if SIMULATOR_WORKER in cmdline and any(arg.startswith(root) for arg in cmdline):
+        # a worker forked from nvflare_moon's zygote has the zygote's command line, which ends with the simulator's
+        is_worker = SIMULATOR_WORKER in cmdline or WARM_WORKERS in cmdline
+        if is_worker and any(arg.startswith(folder + os.sep) or os.path.abspath(arg) == folder for arg in cmdline):
             workers.append(process)
     for worker in workers:
         try:

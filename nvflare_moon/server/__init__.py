@@ -2,10 +2,14 @@
 checks that make a job fail loudly.
 
 Importing this package inside NVFlare's simulator also keeps the simulator's site names apart
-(:mod:`nvflare_moon.simulator_sites`): the server app loads it before any site starts.
+(:mod:`nvflare_moon.simulator_sites`), starts only sites that the server waits on (:mod:`nvflare_moon.simulator_schedule`)
+and forks the sites' workers from a process that has imported torch already (:mod:`nvflare_moon.simulator_workers`):
+the server app loads it before any site starts.
 """
 
+from ..simulator_schedule import schedule_simulator_sites
 from ..simulator_sites import keep_simulator_site_names_apart
+from ..simulator_workers import start_simulator_workers_warm
 
 from .aggregators import WeightedFedAvgAggregator
 from .data_check import DataCheckController
@@ -33,3 +37,5 @@ __all__ = [
 ]
 
 keep_simulator_site_names_apart()
+schedule_simulator_sites()
+start_simulator_workers_warm()

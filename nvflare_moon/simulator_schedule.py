@@ -1,0 +1,150 @@
+"""NVFlare 2.9's simulator at ``-t < -n``: start a site only when the server waits on it, and connect to a started
+worker as soon as it listens.
+
+Two idle costs of the simulator's client threads (read in ``simulator_runner.py``; measured by
+``benchmarks/simulator_overhead.py --split``):
+
+- **Empty starts.** A thread picks the next site round-robin without asking whether the server has a task for it; a
+  site that already answered this round costs a whole worker start, three empty task fetches and their sleeps, for
+  nothing. While the server's controller runs, :func:`schedule_simulator_sites` makes a thread pick a site that one of
+  the controller's standing tasks still waits on, and, when there is none yet (the server is aggregating), wait for
+  one in the thread instead of starting a worker. Outside a controller (between workflows, at the end of the run,
+  where the sites must still hear END_RUN) and after ``MAX_WAIT`` seconds, it picks as NVFlare does.
+- **Fixed sleeps.** The runner connects to a new worker right after starting it, and retries once a second; the first
+  try almost always comes too early, so every task waits about a second. Each thread sleeps a second before every
+  task, and each worker half a second before it syncs with the server. Here each of these lasts 20 ms (the worker's,
+  in workers forked by :mod:`nvflare_moon.simulator_workers`, which calls :func:`shorten_worker_sync_sleep`).
+
+``NVFLARE_MOON_SCHEDULE_SITES=0`` turns all of it off.
+"""
+
+import functools
+import os
+import sys
+import time
+import weakref
+from multiprocessing.connection import Client
+from typing import Optional
+
+RUNNER_MODULE = "nvflare.private.fed.app.simulator.simulator_runner"
+SWITCH = "NVFLARE_MOON_SCHEDULE_SITES"
+MAX_WAIT = 30.0  # seconds a thread waits for a task before it picks as NVFlare does
+POLL = 0.02
+
+_communicators = weakref.WeakSet()  # the server's running task communicators (one per running workflow)
+
+
+def site_has_open_task(site: str) -> Optional[bool]:
+    """Whether a standing task of a running controller still waits on ``site``; None when no controller runs."""
+    communicators = list(_communicators)
+    if not communicators:
+        return None
+    for communicator in communicators:
+        for task in list(communicator._tasks):
+            if task.completion_status is not None or (task.targets and site not in task.targets):
+                continue
+            sent = task.last_client_task_map.get(site)
+            if sent is None or sent.result_received_time is None:
+                return True
+    return False
+
+
+def _tracking(method, add: bool):
+    @functools.wraps(method)
+    def track(self, fl_ctx):
+        (_communicators.add if add else _communicators.discard)(self)
+        return method(self, fl_ctx)
+
+    return track
+
+
+def site_waited_on_first(clients, picked):
+    """``picked`` (NVFlare's round-robin pick), or the first free site in ``clients`` that the running controller
+    still waits on when it does not wait on ``picked``."""
+    if site_has_open_task(picked.client_name) is not False:
+        return picked
+    free = (c for c in clients if not c.simulate_running and c is not picked)
+    return next((c for c in free if site_has_open_task(c.client_name)), picked)
+
+
+def _waiting_for_a_task(do_one_task):
+    """Before a worker starts for a site that the running controller does not wait on, wait (up to MAX_WAIT) until
+    it does, or hand the thread to another free site that it does wait on (as NVFlare's runner hands it on after a
+    task: returned as the next site to run)."""
+
+    @functools.wraps(do_one_task)
+    def do_one_task_when_waited_on(self, client, num_of_threads, gpu, lock, *args, **kwargs):
+        waited = 0.0
+        while num_of_threads < len(self.federated_clients) and waited < MAX_WAIT:
+            if site_has_open_task(client.client_name) is not False:
+                break
+            with lock:
+                ready = site_waited_on_first(self.federated_clients, client)
+                if ready is not client:
+                    ready.simulate_running = True
+                    return False, ready, None
+            time.sleep(POLL)
+            waited += POLL
+        return do_one_task(self, client, num_of_threads, gpu, lock, *args, **kwargs)
+
+    return do_one_task_when_waited_on
+
+
+def _connect_soon(self, open_port, timeout=60.0):
+    """The runner's connection to a new worker's listener, tried every POLL seconds (NVFlare: every second)."""
+    started = time.monotonic()
+    while True:
+        try:
+            return Client(("localhost", open_port))
+        except OSError:
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"no worker listens on port {open_port} after {timeout} s") from None
+            time.sleep(POLL)
+
+
+class _ShorterSleep:
+    """Stands in for the ``time`` module of an NVFlare module: the fixed sleeps of the function ``caller`` last POLL;
+    every other use is the real module's."""
+
+    def __init__(self, caller: str):
+        self.caller = caller
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    def sleep(self, seconds):
+        time.sleep(POLL if sys._getframe(1).f_code.co_name == self.caller else seconds)
+
+
+def shorten_worker_sync_sleep() -> bool:
+    """In a site's worker process: ``ClientRunner.init_run`` sleeps 0.5 s before each try to sync with the server
+    (whose reply it then awaits for up to 2 s); make that sleep POLL. False when turned off."""
+    if os.environ.get(SWITCH, "1") == "0":
+        return False
+    from nvflare.private.fed.client import client_runner
+
+    client_runner.time = _ShorterSleep("init_run")
+    return True
+
+
+def schedule_simulator_sites() -> bool:
+    """Apply these changes to the simulator loaded in this process; False outside a simulator, when turned off by
+    ``NVFLARE_MOON_SCHEDULE_SITES=0``, or when already applied.
+
+    The pick itself is :func:`nvflare_moon.simulator_sites.keep_simulator_site_names_apart`'s, which asks
+    :func:`site_waited_on_first`; apply that first, so that the wait here comes before its claim bookkeeping.
+    """
+    runner_module = sys.modules.get(RUNNER_MODULE)
+    if runner_module is None or os.environ.get(SWITCH, "1") == "0":
+        return False
+    runner_class = runner_module.SimulatorClientRunner
+    if runner_class.__dict__.get("_create_connection") is _connect_soon:
+        return False
+    from nvflare.apis.impl.wf_comm_server import WFCommServer
+
+    WFCommServer.initialize_run = _tracking(WFCommServer.initialize_run, add=True)
+    WFCommServer.finalize_run = _tracking(WFCommServer.finalize_run, add=False)
+    runner_class.do_one_task = _waiting_for_a_task(runner_class.do_one_task)
+    runner_class._create_connection = _connect_soon
+    runner_module.time = _ShorterSleep("run_client_thread")
+    return True

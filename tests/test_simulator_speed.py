@@ -1,0 +1,171 @@
+"""The simulator's speed-ups at ``-t < -n``: workers forked from a zygote (nvflare_moon/simulator_workers.py) and sites
+started only when the server waits on them (nvflare_moon/simulator_schedule.py). They must change nothing but time."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from nvflare_moon import simulator_schedule, simulator_workers
+from nvflare_moon.recipes import MoonRecipe
+from nvflare_moon.simulator_schedule import site_has_open_task, site_waited_on_first
+from nvflare_moon.simulator_workers import Zygote, _SubprocessWithZygote
+
+from .conftest import TINY_TRAINING, export_and_run
+
+PROBE = "tests.zygote_probe"
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    zygote = Zygote()
+    yield zygote
+    zygote.process.kill()
+    zygote.process.wait()
+
+
+def test_a_forked_worker_runs_its_command_with_its_environment_and_exit_code(zygote, tmp_path):
+    report, custom = tmp_path / "report.json", tmp_path / "custom"
+    env = {"PROBE_VARIABLE": "site-2", "PYTHONPATH": str(custom), "PATH": "/usr/bin"}
+    worker = zygote.start_worker([sys.executable, "-m", PROBE, str(report), "3"], env)
+    assert worker.wait(timeout=60) == 3
+    assert worker.poll() == 3
+    seen = json.loads(report.read_text())
+    assert seen["torch_already_imported"]  # the point of the zygote
+    assert seen["probe_variable"] == "site-2"
+    assert str(custom) in seen["sys_path"]  # the job's custom folder, from PYTHONPATH
+    assert seen["argv"] == [str(report), "3"]
+    assert seen["own_session"]  # as NVFlare's preexec_fn=os.setsid
+
+
+def test_a_forked_worker_can_be_terminated_and_waited_for(zygote, tmp_path):
+    worker = zygote.start_worker([sys.executable, "-m", PROBE, str(tmp_path / "r.json"), "0", "60"], {})
+    assert worker.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        worker.wait(timeout=0.2)
+    worker.terminate()
+    assert worker.wait(timeout=30) == -signal.SIGTERM
+
+
+def test_the_runner_starts_workers_from_the_zygote_and_anything_else_as_usual(monkeypatch, tmp_path):
+    monkeypatch.setattr(simulator_workers, "WORKER_MODULE", PROBE)
+    stand_in = _SubprocessWithZygote()
+    try:
+        worker = stand_in.Popen([sys.executable, "-m", PROBE, str(tmp_path / "r.json"), "0"], shell=False, env={})
+        assert isinstance(worker, simulator_workers.ForkedWorker) and worker.wait(timeout=60) == 0
+        other = stand_in.Popen([sys.executable, "-c", "pass"])
+        assert isinstance(other, subprocess.Popen) and other.wait(timeout=60) == 0
+        stand_in.zygote().process.kill()
+        stand_in.zygote().process.wait()
+        fallback = stand_in.Popen([sys.executable, "-m", PROBE, str(tmp_path / "r2.json"), "5"], env={})
+        assert isinstance(fallback, subprocess.Popen) and fallback.wait(timeout=60) == 5  # the zygote is gone
+    finally:
+        stand_in.zygote().process.kill()
+
+
+def standing_task(targets, answered=(), sent=()):
+    received = {site: SimpleNamespace(result_received_time=1.0) for site in answered}
+    received.update({site: SimpleNamespace(result_received_time=None) for site in sent})
+    return SimpleNamespace(completion_status=None, targets=list(targets), last_client_task_map=received)
+
+
+def test_a_site_has_an_open_task_until_its_result_is_received(monkeypatch):
+    communicators = []
+    monkeypatch.setattr(simulator_schedule, "_communicators", communicators)
+    assert site_has_open_task("site-1") is None  # no controller runs: unknown, so NVFlare's pick stands
+    communicators.append(
+        SimpleNamespace(_tasks=[standing_task(["site-1", "site-2", "site-3"], ["site-1"], ["site-2"])])
+    )
+    assert site_has_open_task("site-1") is False  # answered
+    assert site_has_open_task("site-2") is True  # sent, no result yet (a resend)
+    assert site_has_open_task("site-3") is True  # not sent yet
+    assert site_has_open_task("site-4") is False  # not a target
+    communicators[0]._tasks.append(standing_task([]))  # no targets: any site
+    assert site_has_open_task("site-4") is True
+    communicators[0]._tasks[1].completion_status = "ok"
+    assert site_has_open_task("site-4") is False
+
+
+def test_the_pick_skips_sites_the_server_does_not_wait_on(monkeypatch):
+    monkeypatch.setattr(simulator_schedule, "_communicators", [SimpleNamespace(_tasks=[standing_task(["b", "c"])])])
+    a, b, c = (SimpleNamespace(client_name=name, simulate_running=False) for name in "abc")
+    assert site_waited_on_first([a, b, c], a) is b
+    b.simulate_running = True
+    assert site_waited_on_first([a, b, c], a) is c
+    c.simulate_running = True
+    assert site_waited_on_first([a, b, c], a) is a  # none free with a task: NVFlare's pick stands
+    assert site_waited_on_first([a, b, c], b) is b
+
+
+def site_workers(run, site: str) -> list:
+    """The log lines of each worker process that ran for ``site``, one list per worker."""
+    workers = []
+    for line in (run.workspace / site / "log.txt").read_text().splitlines():
+        if "ClientTaskWorker started to run" in line:
+            workers.append([])
+        elif workers:
+            workers[-1].append(line)
+    return workers
+
+
+def empty_starts(run, sites) -> int:
+    """Workers that neither got a task nor ended the run: started for nothing."""
+    return sum(
+        not any("got task assignment" in line or "END_RUN" in line for line in worker)
+        for site in sites
+        for worker in site_workers(run, site)
+    )
+
+
+@pytest.mark.e2e
+def test_sped_up_simulator_gives_nvflares_results_without_empty_starts(tmp_path, monkeypatch):
+    """-n 3 -t 2: NVFlare's round-robin restarts a site that has already answered; ours does not, forks its workers,
+    and every figure of the run is the same."""
+    recipe = MoonRecipe(min_clients=3, num_rounds=3, **TINY_TRAINING)
+    ours = export_and_run(recipe, tmp_path, n=3, t=2, tag="_ours")
+    monkeypatch.setenv("NVFLARE_MOON_SCHEDULE_SITES", "0")
+    monkeypatch.setenv("NVFLARE_MOON_WARM_WORKERS", "0")
+    nvflare = export_and_run(recipe, tmp_path, n=3, t=2, tag="_nvflare")
+    for run in (ours, nvflare):
+        assert run.returncode == 0, run.output[-3000:]
+        assert run.leftover_workers == []
+    assert "site workers are forked from a process with torch imported" in ours.output
+    assert "site workers are forked" not in nvflare.output
+    sites = ["site-1", "site-2", "site-3"]
+    assert empty_starts(ours, sites) == 0
+    assert empty_starts(nvflare, sites) > 0  # what the scheduling removes (and what makes this test able to fail)
+    timing = {"time", "eval_seconds"}
+    without_time = [
+        [{k: v for k, v in m.items() if k not in timing} for m in run.global_metrics()] for run in (ours, nvflare)
+    ]
+    assert len(without_time[0]) == 3 and without_time[0] == without_time[1]
+
+
+SHORTER_SLEEP = """
+import time
+from nvflare_moon.simulator_schedule import shorten_worker_sync_sleep
+from nvflare.private.fed.client import client_runner
+print(shorten_worker_sync_sleep())
+
+def init_run():  # the name of the function whose sleep is shortened
+    client_runner.time.sleep(0.5)
+
+def elsewhere():
+    client_runner.time.sleep(0.5)
+
+for sleeper in (init_run, elsewhere):
+    started = time.monotonic()
+    sleeper()
+    print(round(time.monotonic() - started, 1))
+"""
+
+
+@pytest.mark.parametrize("switch,expected", [("1", ["True", "0.0", "0.5"]), ("0", ["False", "0.5", "0.5"])])
+def test_only_the_workers_sync_sleep_is_shortened(switch, expected):
+    env = {**os.environ, "NVFLARE_MOON_SCHEDULE_SITES": switch}
+    printed = subprocess.run([sys.executable, "-c", SHORTER_SLEEP], env=env, capture_output=True, text=True, check=True)
+    assert printed.stdout.split() == expected

@@ -6,16 +6,19 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from nvflare_moon import simulator_schedule, simulator_workers
+from nvflare_moon.benchmark.process_watch import process_role
 from nvflare_moon.recipes import MoonRecipe
 from nvflare_moon.simulator_schedule import site_has_open_task, site_waited_on_first
 from nvflare_moon.simulator_workers import Zygote, _SubprocessWithZygote
 
-from .conftest import TINY_TRAINING, export_and_run
+from .conftest import TINY_TRAINING, export_and_run, kill_workers
 
 PROBE = "tests.zygote_probe"
 
@@ -49,6 +52,26 @@ def test_a_forked_worker_can_be_terminated_and_waited_for(zygote, tmp_path):
         worker.wait(timeout=0.2)
     worker.terminate()
     assert worker.wait(timeout=30) == -signal.SIGTERM
+
+
+def test_a_forked_worker_is_seen_as_its_site_by_the_tools_that_watch_workers(monkeypatch, tmp_path):
+    workspace = tmp_path / "ws"
+    monkeypatch.setattr(sys, "argv", ["nvflare", "simulator", "jobs/moon", "-w", str(workspace), "-n", "3", "-t", "2"])
+    zygote = Zygote()  # its command line holds the simulator's, as in a run
+    argv = [sys.executable, "-m", PROBE, str(tmp_path / "r.json"), "0", "60", "-o", str(workspace / "site-2")]
+    worker = zygote.start_worker(argv + ["--client", "site-2"], {})
+    process = psutil.Process(worker.pid)
+    try:
+        deadline = time.monotonic() + 30
+        while process_role(process.cmdline()) != ("client", "site-2"):
+            assert time.monotonic() < deadline, process.cmdline()
+            time.sleep(0.05)
+        assert worker.pid in kill_workers(workspace)  # the tests' clean-up finds it (and the zygote) by the workspace
+        assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    finally:
+        worker.kill()
+        zygote.process.kill()
+        zygote.process.wait()
 
 
 def test_the_runner_starts_workers_from_the_zygote_and_anything_else_as_usual(monkeypatch, tmp_path):

@@ -21,6 +21,7 @@ if [ ! -d "$data/cifar-10-batches-py" ]; then
   python "$data/build_batches.py" "$out/data"
   data="$out/data"
 fi
+data=$(cd "$data" && pwd)  # the simulator's workers run in their own folders
 python -c "import torch; print('device:', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')"
 started=$(date +%s)
 python -m nvflare_moon.benchmark --protocol paper --methods moon,fedavg --seeds 0 --rounds "$rounds" \

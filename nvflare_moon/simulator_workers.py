@@ -192,8 +192,9 @@ def _run_worker(request: dict) -> None:
 def _show_command_line(argv: List[str]) -> None:
     """Make ``ps`` and ``/proc/<pid>/cmdline`` of this forked child name its site, as a started worker's would:
     ``python -m nvflare_moon.simulator_workers --client site-2 -o <its workspace>``, written over the zygote's own
-    command line (which holds the simulator's, workspace included, so it fits; cut if not). Tools that find a simulator worker by ``--client <site>`` (the benchmark's
-    memory watch, a test's clean-up) then find this one. Linux only; elsewhere, and when refused, the label stays."""
+    command line (which holds the simulator's, workspace included, so it fits; cut if not). Tools that find a
+    simulator worker by ``--client <site>`` (the benchmark's memory watch, a test's clean-up) then find this one.
+    Linux only; elsewhere, and when refused, the label stays."""
     words = [sys.executable, "-m", "nvflare_moon.simulator_workers"]
     for flag in ("--client", "-o"):
         if flag in argv[:-1]:

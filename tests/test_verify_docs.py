@@ -2,6 +2,7 @@
 untagged result figure fail, naming them; the expression language against hand computations."""
 
 import contextlib
+import dataclasses
 import io
 import math
 import shutil
@@ -95,6 +96,42 @@ def test_an_untagged_result_figure_fails_naming_it(docs_copy):
     assert f"docs/results.md:{line}: untagged result figure (a speed-up) '1.5×'" in output
 
 
+def test_an_untagged_result_figure_fails_on_any_page_not_only_the_results(docs_copy):
+    page = docs_copy / "docs" / "algorithms.md"
+    line = page.read_text(encoding="utf-8").count("\n") + 2
+    page.write_text(page.read_text(encoding="utf-8") + "\nA 12.34% gain, ± 0.50, 1.5× faster.\n", encoding="utf-8")
+    code, output = run_main(["--root", str(docs_copy)])
+    assert code == 1 and "looked for on every page" in output
+    for what, figure in (
+        ("a percentage with two decimals", "12.34%"),
+        ("a ± figure", "± 0.50"),
+        ("a speed-up", "1.5×"),
+    ):
+        assert f"docs/algorithms.md:{line}: untagged result figure ({what}) '{figure}'" in output
+
+
+def test_a_derived_figure_is_recomputed_from_its_numbers_alone(docs_copy):
+    page = docs_copy / "docs" / "algorithms.md"
+    line = page.read_text(encoding="utf-8").count("\n") + 2
+    text = "\nA step costs 7/3 ≈ 2.3×<!-- derived: 7 / 3 --> and 5/3 ≈ 1.76×<!-- derived: 5 / 3 -->.\n"
+    page.write_text(page.read_text(encoding="utf-8") + text, encoding="utf-8")
+    code, output = run_main(["--root", str(docs_copy)])
+    assert code == 1 and output.count("printed ") == 1
+    derived = [
+        f.shown for f in verify(str(docs_copy)).figures if f.page == "docs/algorithms.md" and f.kind == "derived"
+    ]
+    assert derived == ["2.3×", "1.76×"]
+    assert f"docs/algorithms.md:{line}: printed 1.76×, recomputed 1.67 (1.66667) from `5 / 3`" in output
+
+
+def test_a_derived_figure_reads_no_record():
+    figure = verify_docs.Figure("p.md", 1, "67.26", "67.26%", "derived", "final(moon)", 0, 0)
+    problem = verify_docs.check_figure(figure, {"moon": record(0.6726)})
+    assert "unknown name 'moon'" in problem and "numbers alone" in problem
+    as_record = dataclasses.replace(figure, kind="record")
+    assert verify_docs.check_figure(as_record, {"moon": record(0.6726)}) is None
+
+
 def test_a_missing_record_fails_naming_it(docs_copy):
     (docs_copy / "docs" / "results" / "paper" / "runs" / "moon-beta0.5-seed0.json").unlink()
     code, output = run_main(["--root", str(docs_copy)])
@@ -162,10 +199,17 @@ def test_each_kind_of_untagged_figure_is_found():
     ]
 
 
-def test_untagged_figures_are_looked_for_on_the_result_pages_only():
-    _, problems = figures_and_untagged("43.60%", page="docs/algorithms.md")
-    assert len(problems) == 1  # the function flags it; verify() calls it for RESULT_PAGES only
-    assert "docs/algorithms.md" not in verify_docs.RESULT_PAGES
+def test_a_size_is_not_a_speed_up():
+    assert figures_and_untagged("a 5×5 kernel, 3×3 stem, 64×64 inputs and 32×32 input") == ([], [])
+    _, problems = figures_and_untagged("32×32 at 2×, 46× the bytes")
+    assert [p.split("'")[1] for p in problems] == ["2×", "46×"]
+
+
+def test_a_lone_plus_minus_figure_is_tagged_after_its_number():
+    figures, problems = figures_and_untagged("runs vary by about ±60<!-- unrecorded: three runs --> MB")
+    assert problems == []
+    assert [(f.printed, f.shown, f.kind) for f in figures] == [("±60", "±60", "unrecorded")]
+    assert verify_docs.printed_numbers(figures[0].printed) == ["60"]
 
 
 # ---- the expression language against hand computations ------------------------------------------------------------

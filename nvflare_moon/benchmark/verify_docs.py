@@ -8,21 +8,25 @@ and a closing ``**``), which Markdown does not show::
     57.50 ± 1.09<!-- record: mean_std(...) -->       a ± figure: the expression gives the mean and the std
     69.1%<!-- published: MOON paper, Table 1 -->     a published number, quoted, not ours
     43.62%<!-- unrecorded: why -->                   from a run whose record is not committed: not verified
+    2.3×<!-- derived: 7 / 3 -->                      arithmetic, not a measurement: numbers only, compared the same way
+    about ±60<!-- unrecorded: why --> MB             a lone ± figure (a spread) is tagged the same way
 
 ``<!-- records: moon = docs/results/paper/runs/moon-beta0.5-seed0.json, q0 = ...csv#fedavg-beta0.5-seed0 -->`` names
 the records a page's expressions read (paths from the repository's root): a run record (``<out>/runs/<run_id>.json``),
 one run's rows of a per-round CSV (``accuracy_per_round.csv#<run_id>``), or any other JSON file (read with
 ``value``). ``<!-- let: target = mean(final(q0), final(q1)) -->`` names a value for the page's tags (a ``let`` may
-use the ones above it).
+use the ones above it). A ``derived`` expression reads no record and no ``let``: it is arithmetic on numbers alone
+(a cost counted from the passes of a step, a share of a count), checked so that the printed figure stays its result.
 
 An expression is a tiny language in Python's syntax, parsed with :mod:`ast` and never run as Python: numbers,
 strings, the page's record names, ``+ - * /``, ``c[i]`` and ``c[a:b]`` on a curve, a pair ``a, b`` (for a ``±``
 figure) and calls of :data:`FUNCTIONS`. Accuracies are in percent, as the docs print them.
 
-In :data:`RESULT_PAGES`, outside fenced code, inline code and HTML comments, an untagged result figure fails the
-check: a percentage with two decimals (``43.60%``), a ``±`` before a number, or a number directly followed by ``×``
-or ``x`` (``3.7×``). Hyperparameters (``lr 0.01``, ``β = 0.5``, ``μ = 5``) are none of these. The protocols'
-``docs/results/<protocol>/summary.md`` are not read: the benchmark writes them from the records.
+On every page checked (README.md and docs/*.md), outside fenced code, inline code and HTML comments, an untagged
+result figure fails the check: a percentage with two decimals (``43.60%``), a ``±`` before a number, or a number
+directly followed by ``×`` or ``x`` (``3.7×``; not a size such as ``5×5`` or ``32×32``). Hyperparameters
+(``lr 0.01``, ``β = 0.5``, ``μ = 5``) are none of these. The protocols' ``docs/results/<protocol>/summary.md`` are
+not read: the benchmark writes them from the records.
 """
 
 import argparse
@@ -41,20 +45,18 @@ import numpy as np
 
 from . import tables
 
-RESULT_PAGES = ("README.md", "docs/results.md")
-
 NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 SIGNED = rf"[+\-−]?{NUMBER}"
-TAG = re.compile(r"<!--\s*(record|published|unrecorded)\b\s*(?::(.*?))?-->", re.DOTALL)
+TAG = re.compile(r"<!--\s*(record|derived|published|unrecorded)\b\s*(?::(.*?))?-->", re.DOTALL)
 RECORDS = re.compile(r"<!--\s*records:(.*?)-->", re.DOTALL)
 LET = re.compile(r"<!--\s*let:\s*(\w+)\s*=(.*?)-->", re.DOTALL)
 FIGURE_BEFORE_TAG = re.compile(
-    rf"(?<![\w.,])(?P<figure>{SIGNED}(?:\s*±\s*{NUMBER})?)(?:\s?(?:%|×|x|s|points?))?\**\s*$"
+    rf"(?<![\w.,])(?P<figure>(?:±\s*)?{SIGNED}(?:\s*±\s*{NUMBER})?)(?:\s?(?:%|×|x|s|points?))?\**\s*$"
 )
 UNTAGGED = (
     ("a percentage with two decimals", re.compile(r"(?<![\w.])\d+\.\d{2}\s?%")),
     ("a ± figure", re.compile(rf"±\s*(?:about\s+)?[+\-−]?{NUMBER}%?")),
-    ("a speed-up", re.compile(rf"(?<![\w.,]){NUMBER}(?:×|x\b)")),
+    ("a speed-up", re.compile(rf"(?<![\w.,]){NUMBER}(?:×(?!\d)|x\b)")),  # 5×5 is a size
 )
 FENCE = re.compile(r"^ {0,3}(```|~~~)")
 CODE_SPAN = re.compile(r"`[^`\n]*`")
@@ -505,7 +507,7 @@ def untagged_figures(text: str, figures: Sequence[Figure], page: str) -> List[st
     found = sorted((m.start(), what, m.group(0)) for what, pattern in UNTAGGED for m in pattern.finditer(searched))
     return [
         f"{page}:{line_of(text, start)}: untagged result figure ({what}) {figure!r}: tag it with its record "
-        "(<!-- record: ... -->), <!-- published --> or <!-- unrecorded: why -->"
+        "(<!-- record: ... -->), <!-- derived: ... -->, <!-- published --> or <!-- unrecorded: why -->"
         for start, what, figure in found
         if not any(f.start <= start < f.end for f in figures)
     ]
@@ -530,11 +532,13 @@ class Report:
 
 
 def check_figure(figure: Figure, names: Mapping[str, Any]) -> Optional[str]:
-    """The problem with a record-tagged figure, or None when the record gives what is printed."""
+    """The problem with a record- or derived-tagged figure, or None when its expression gives what is printed (a
+    derived expression is given no names: numbers only)."""
     try:
-        computed = evaluate(figure.note, names)
+        computed = evaluate(figure.note, {} if figure.kind == "derived" else names)
     except ExpressionError as e:
-        return f"{figure.where}: {figure.shown}: `{figure.note}`: {e}"
+        numbers_only = " (a derived figure is computed from numbers alone)" if figure.kind == "derived" else ""
+        return f"{figure.where}: {figure.shown}: `{figure.note}`: {e}{numbers_only}"
     if matches(figure.printed, computed):
         return None
     shown = printed_numbers(figure.printed)
@@ -569,9 +573,8 @@ def verify(root: str) -> Report:
         problems += define_values(text, page, values)
         found, tag_problems = tagged_figures(text, page)
         problems += tag_problems
-        problems += filter(None, (check_figure(f, values) for f in found if f.kind == "record"))
-        if page in RESULT_PAGES:
-            problems += untagged_figures(text, found, page)
+        problems += filter(None, (check_figure(f, values) for f in found if f.kind in ("record", "derived")))
+        problems += untagged_figures(text, found, page)
         figures += found
     return Report(figures, problems)
 
@@ -597,9 +600,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if figure.kind == "unrecorded":
                 print(f"{figure.where}: {figure.shown} unrecorded: {figure.note}")
     print(
-        f"verify-docs: {report.count('record')} figures recomputed from their records, {report.count('published')} "
-        f"published, {report.count('unrecorded')} unrecorded (not verified; --unrecorded lists them); "
-        f"untagged result figures looked for in {', '.join(RESULT_PAGES)}; "
+        f"verify-docs: {report.count('record')} figures recomputed from their records, {report.count('derived')} "
+        f"derived from numbers alone, {report.count('published')} published, {report.count('unrecorded')} unrecorded "
+        "(not verified; --unrecorded lists them); "
+        "untagged result figures looked for on every page; "
         + (f"{len(report.problems)} problem{'s' * (len(report.problems) > 1)}" if report.problems else "no problem")
     )
     return 1 if report.problems else 0

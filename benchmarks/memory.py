@@ -1,7 +1,7 @@
 """Peak memory (RSS) of one client process per method, with the simple-CNN and with ResNet-50.
 
     python benchmarks/memory.py [--data-root DIR] [--methods fedavg,fedprox,scaffold,moon,solo]
-                                [--archs simple_cnn,resnet50] [--steps 2] [--json memory.json]
+                                [--archs simple_cnn,resnet50] [--steps 2] [--repeats 1] [--json memory.json]
 
 Every (method, network) pair runs in a fresh Python process, which reports its own peak resident set size
 (``getrusage(RUSAGE_SELF).ru_maxrss``) at the end. A federated method runs its real executor class (the one the jobs
@@ -15,6 +15,10 @@ depend on how many batches run, so each round is ``--steps`` batches of 64 (a sh
 The simple-CNN runs on CIFAR-10 and ResNet-50 on CIFAR-100, as in the paper. Where a dataset is not under
 ``--data-root``, a random stand-in of the same size and layout is written to a temporary folder: memory depends on
 the sizes, not the pixels.
+
+``--repeats N`` measures every pair N times (each time in a fresh process, the pairs in turn); the table shows the
+median of the repeats. ``--json PATH`` also writes a record: the command line, the date, the commit, the machine and
+its load average, every repeat, and per pair the median, the lowest and the highest peak.
 """
 
 import argparse
@@ -22,6 +26,7 @@ import json
 import os
 import pickle
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -64,6 +69,9 @@ def client_context(site: str, run_dir: str):
     class Engine:
         def get_workspace(self):
             return Workspace()
+
+        def fire_event(self, event_type, fl_ctx):
+            """The executors' analytics events (the local figures of a train reply): no receiver here."""
 
     fl_ctx = FLContext()
     fl_ctx.set_prop(ReservedKey.IDENTITY_NAME, site, private=False)
@@ -204,7 +212,10 @@ def main() -> None:
     parser.add_argument("--archs", default=",".join(ARCH_DATASET))
     parser.add_argument("--steps", type=int, default=2, help="batches per round")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--repeats", type=int, default=1, help="measure every (method, network) pair this many times")
+    parser.add_argument(
+        "--json", help="also write a record to this file: the command, date, commit, machine load and the figures"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--arch", help=argparse.SUPPRESS)
@@ -216,57 +227,104 @@ def main() -> None:
         child(args)
         return
 
+    archs, methods = args.archs.split(","), args.methods.split(",")
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="nvflare_moon_memory_")
     rows = []
     try:
-        for arch in args.archs.split(","):
-            dataset = ARCH_DATASET[arch]
-            data_root, stand_in = resolve_dataset(dataset, args.data_root, os.path.join(scratch, "data"))
-            num_train = 50000  # CIFAR-10 and CIFAR-100 alike
-            num_sites = num_train // (args.steps * BATCH)
-            for method in args.methods.split(","):
-                run_dir = tempfile.mkdtemp(dir=scratch)
-                cmd = [
-                    sys.executable,
-                    os.path.abspath(__file__),
-                    "--child",
-                    "--method",
-                    method,
-                    "--arch",
-                    arch,
-                    "--dataset",
-                    dataset,
-                    "--num-sites",
-                    str(num_sites),
-                    "--run-dir",
-                    run_dir,
-                    "--threads",
-                    str(args.threads),
-                ] + (["--data-root", data_root] if data_root else [])
-                done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-                if done.returncode != 0 or not lines:
-                    raise RuntimeError(f"{method}/{arch} failed:\n{done.stdout[-3000:]}")
-                row = dict(method=method, arch=arch, dataset=dataset + (" (random stand-in)" if stand_in else ""))
-                row.update(json.loads(lines[-1][len("RESULT ") :]))
-                rows.append(row)
-                print(f"{method:<9}{arch:<11} peak {row['peak_rss_mb']:7.0f} MB ({row['seconds']:.0f} s)", flush=True)
+        data = {}  # arch -> (data root, whether it is a random stand-in)
+        for arch in archs:
+            data[arch] = resolve_dataset(ARCH_DATASET[arch], args.data_root, os.path.join(scratch, "data"))
+        for repeat in range(1, args.repeats + 1):
+            for arch in archs:
+                dataset = ARCH_DATASET[arch]
+                data_root, stand_in = data[arch]
+                num_train = 50000  # CIFAR-10 and CIFAR-100 alike
+                num_sites = num_train // (args.steps * BATCH)
+                for method in methods:
+                    run_dir = tempfile.mkdtemp(dir=scratch)
+                    cmd = [
+                        sys.executable,
+                        os.path.abspath(__file__),
+                        "--child",
+                        "--method",
+                        method,
+                        "--arch",
+                        arch,
+                        "--dataset",
+                        dataset,
+                        "--num-sites",
+                        str(num_sites),
+                        "--run-dir",
+                        run_dir,
+                        "--threads",
+                        str(args.threads),
+                    ] + (["--data-root", data_root] if data_root else [])
+                    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+                    if done.returncode != 0 or not lines:
+                        raise RuntimeError(f"{method}/{arch} failed:\n{done.stdout[-3000:]}")
+                    row = dict(
+                        method=method,
+                        arch=arch,
+                        dataset=dataset + (" (random stand-in)" if stand_in else ""),
+                        repeat=repeat,
+                    )
+                    row.update(json.loads(lines[-1][len("RESULT ") :]))
+                    rows.append(row)
+                    print(
+                        f"repeat {repeat}: {method:<9}{arch:<11} peak {row['peak_rss_mb']:7.0f} MB "
+                        f"({row['seconds']:.0f} s)",
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    print(f"\nPeak RSS per client process, batch {BATCH}, {args.threads} threads")
+    def per_pair(key: str) -> dict:
+        """arch -> method -> the repeats' values of ``key``, in order."""
+        return {a: {m: [r[key] for r in rows if (r["arch"], r["method"]) == (a, m)] for m in methods} for a in archs}
+
+    peaks, imports, setups = per_pair("peak_rss_mb"), per_pair("rss_after_imports_mb"), per_pair("rss_after_setup_mb")
+    median = {a: {m: float(np.median(v)) for m, v in by.items()} for a, by in peaks.items()}
+
+    print(f"\nPeak RSS per client process, batch {BATCH}, {args.threads} threads, median of {args.repeats} repeat(s)")
     print("(MB; 'imports' = torch, torchvision, NVFlare; 'setup' = imports + whole dataset + network)")
-    print(f"{'method':<10}{'network':<12}{'dataset':<30}{'imports':>9}{'setup':>9}{'peak':>9}{'vs FedAvg':>11}")
-    fedavg = {r["arch"]: r["peak_rss_mb"] for r in rows if r["method"] == "fedavg"}
-    for r in rows:
-        ratio = f"{r['peak_rss_mb'] / fedavg[r['arch']]:.2f}x" if r["arch"] in fedavg else "-"
-        print(
-            f"{r['method']:<10}{r['arch']:<12}{r['dataset']:<30}{r['rss_after_imports_mb']:>9.0f}"
-            f"{r['rss_after_setup_mb']:>9.0f}{r['peak_rss_mb']:>9.0f}{ratio:>11}"
-        )
+    print(
+        f"{'method':<10}{'network':<12}{'dataset':<30}{'imports':>9}{'setup':>9}{'peak':>9}{'vs FedAvg':>11}"
+        f"{'repeats':>24}"
+    )
+    for a in archs:
+        dataset = ARCH_DATASET[a] + (" (random stand-in)" if data[a][1] else "")
+        for m in methods:
+            ratio = f"{median[a][m] / median[a]['fedavg']:.2f}x" if "fedavg" in methods else "-"
+            each = " ".join(f"{p:.0f}" for p in peaks[a][m])
+            print(
+                f"{m:<10}{a:<12}{dataset:<30}{np.median(imports[a][m]):>9.0f}{np.median(setups[a][m]):>9.0f}"
+                f"{median[a][m]:>9.0f}{ratio:>11}{each:>24}"
+            )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"batch_size": BATCH, "threads": args.threads, "rows": rows}, f, indent=1)
+        from nvflare_moon.benchmark.runner import environment, write_json_atomic
+
+        record = {
+            "command": shlex.join(["python", "benchmarks/memory.py"] + sys.argv[1:]),
+            **environment(),
+            "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
+            "seconds": time.perf_counter() - started,
+            "batch_size": BATCH,
+            "threads": args.threads,
+            "steps": args.steps,
+            "repeats": args.repeats,
+            "datasets": {a: ARCH_DATASET[a] + (" (random stand-in)" if data[a][1] else "") for a in archs},
+            "peak_rss_mb": median,
+            "peak_rss_mb_min": {a: {m: min(v) for m, v in by.items()} for a, by in peaks.items()},
+            "peak_rss_mb_max": {a: {m: max(v) for m, v in by.items()} for a, by in peaks.items()},
+            "rss_after_imports_mb": {a: {m: float(np.median(v)) for m, v in by.items()} for a, by in imports.items()},
+            "rss_after_setup_mb": {a: {m: float(np.median(v)) for m, v in by.items()} for a, by in setups.items()},
+            "peak_rss_mb_per_repeat": peaks,
+            "rows": rows,
+        }
+        write_json_atomic(args.json, record)
 
 
 if __name__ == "__main__":

@@ -289,7 +289,9 @@ def main() -> None:
     median = {a: {m: float(np.median(v)) for m, v in by.items()} for a, by in peaks.items()}
 
     print(f"\nPeak RSS per client process, batch {BATCH}, {args.threads} threads, median of {args.repeats} repeat(s)")
-    print("(MB; 'imports' = torch, torchvision, NVFlare; 'setup' = imports + whole dataset + network)")
+    print(
+        "(MiB; 'imports' = torch, NVFlare; 'setup' = imports + whole dataset + network, and torchvision for ResNet-50)"
+    )
     print(
         f"{'method':<10}{'network':<12}{'dataset':<30}{'imports':>9}{'setup':>9}{'peak':>9}{'vs FedAvg':>11}"
         f"{'repeats':>24}"

@@ -165,15 +165,26 @@ def private_temp_dir(tmp_path_factory):
     tempfile.tempdir = saved
 
 
-# pytest-xdist (``--dist loadscope``, pyproject.toml) hands whole modules to its workers in collection order: the
-# longest modules go first, so that none of them starts last and runs alone while the other workers idle.
+# pytest-xdist (``--dist loadscope --no-loadscope-reorder``, pyproject.toml) hands whole modules to its workers in
+# collection order: the longest modules go first, so that none of them starts last and runs alone while the other
+# workers idle. (Without --no-loadscope-reorder xdist sorts the modules by their number of tests, which put the
+# three-test resume module, the longest, last.) The order is by each module's total time in a full run.
 LONGEST_MODULES = (
     "test_simulator_resume.py",
     "test_client_api_e2e.py",
-    "test_evaluation.py",
     "test_privacy_bandwidth.py",
+    "test_solo.py",
+    "test_simulator_speed.py",
+    "test_evaluation.py",
+    "test_deploy_provisioned.py",
+    "test_fail_loud.py",
+    "test_e2e_moon.py",
+    "test_deploy_poc.py",
+    "test_benchmark.py",
+    "test_site_images_benchmark.py",
 )
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in LONGEST_MODULES)  # stable: the rest keep their order
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_MODULES)))  # stable: the rest keep their order

@@ -17,7 +17,9 @@ and SCAFFOLD add per-step parameter arithmetic. SOLO's step is FedAvg's.
 
 import argparse
 import itertools
-import json
+import os
+import shlex
+import sys
 import time
 from typing import Callable, Dict, Tuple
 
@@ -33,6 +35,7 @@ from nvflare_moon.core.objectives import (
     LightHistoryMoonObjective,
     MoonObjective,
 )
+from nvflare_moon.benchmark.runner import environment, write_json_atomic
 from nvflare_moon.runtime import resolve_device
 from nvflare_moon.core.scaffold import ScaffoldRound
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
@@ -142,7 +145,9 @@ def main() -> None:
         help="wall: images per second; cpu: per CPU-second of this process, for a busy machine",
     )
     parser.add_argument("--synthetic-input", action="store_true", help="random tensors instead of the data path")
-    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--json", help="also write a record to this file: the command, date, commit, machine load and the figures"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -169,27 +174,32 @@ def main() -> None:
         source = f"CIFAR-10 site-1 shard ({len(shard)} images), batched uint8 augmentation"
 
     methods = args.methods.split(",")
-    best = {m: 0.0 for m in methods}
+    load_before = os.getloadavg()[0]
+    repeats = {m: [] for m in methods}
     for _ in range(args.repeats):
         for m in methods:
-            figure = time_method(*METHODS[m], batches, args.steps, device, args.arch, CLOCKS[args.clock])
-            best[m] = max(best[m], figure)
+            repeats[m].append(time_method(*METHODS[m], batches, args.steps, device, args.arch, CLOCKS[args.clock]))
+    best = {m: max(figures) for m, figures in repeats.items()}
 
     print(f"{args.arch}, batch {BATCH}, {args.clock} clock, device {device}, {args.threads} threads, input: {source}")
     print(f"{'method':<20}{'img/s':>10}{'cost vs FedAvg':>16}")
     for m in methods:
         print(f"{m:<20}{best[m]:>10.0f}{best['fedavg'] / best[m]:>15.2f}x")
     if args.json:
-        with open(args.json, "w") as f:
-            figures = {
-                "arch": args.arch,
-                "clock": args.clock,
-                "device": str(device),
-                "threads": args.threads,
-                "input": source,
-                "images_per_second": best,
-            }
-            json.dump(figures, f, indent=1)
+        record = {
+            "command": shlex.join(["python", "benchmarks/throughput.py"] + sys.argv[1:]),
+            **environment(),
+            "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
+            "arch": args.arch,
+            "clock": args.clock,
+            "device": str(device),
+            "threads": args.threads,
+            "steps": args.steps,
+            "input": source,
+            "images_per_second": best,
+            "images_per_second_per_repeat": repeats,
+        }
+        write_json_atomic(args.json, record)
 
 
 if __name__ == "__main__":

@@ -254,12 +254,17 @@ def test_the_benchmarks_own_rule_decides_first_reach():
 
 def test_site_figures_and_json_values():
     spread = {"accuracy": {"mean": 0.5, "worst": 0.25, "best": 0.75, "std": 0.125}}
-    names = {"r": {"rounds": [{"spread": spread}, {"spread": {"accuracy": {"worst": 0.5}}}]}, "j": {"a": {"b": 7}}}
+    names = {
+        "r": {"rounds": [{"spread": spread}, {"spread": {"accuracy": {"worst": 0.5}}}]},
+        "j": {"a": {"b": 7, "l": [4, 6]}},
+    }
     assert evaluate('site_accuracy(r, "worst")', names) == (50.0,)
     assert evaluate('site_accuracy(r, "std", 0)', names) == (12.5,)
     assert evaluate('value(j, "a.b") / 2', names) == (3.5,)
-    with pytest.raises(ExpressionError, match="has no 'a.c'"):
-        evaluate('value(j, "a.c")', names)
+    assert evaluate('value(j, "a.l.1")', names) == (6.0,)  # a number part indexes a list
+    for missing in ("a.c", "a.l.2", "a.l.x", "a.b.0"):
+        with pytest.raises(ExpressionError, match=f"has no '{missing}'"):
+            evaluate(f'value(j, "{missing}")', names)
 
 
 @pytest.mark.parametrize(

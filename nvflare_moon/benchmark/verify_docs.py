@@ -135,12 +135,16 @@ def round_seconds(record: Dict) -> np.ndarray:
 
 
 def value(document: Dict, key: str) -> float:
-    """A number of any JSON record by its dotted key, as stored: ``value(gpu, "images_per_second.moon")``."""
+    """A number of any JSON record by its dotted key, as stored: ``value(gpu, "images_per_second.moon")``; a number
+    part indexes a list (``"images_per_second_per_repeat.moon.0"``, the first repeat)."""
     found: Any = _record(document, "value")
     for part in key.split("."):
-        if not isinstance(found, dict) or part not in found:
+        if isinstance(found, list) and part.isdigit() and int(part) < len(found):
+            found = found[int(part)]
+        elif isinstance(found, dict) and part in found:
+            found = found[part]
+        else:
             raise ExpressionError(f"value(): the record has no {key!r}")
-        found = found[part]
     if not _is_number(found):
         raise ExpressionError(f"value(): {key!r} is {found!r}, not a number")
     return float(found)

@@ -183,12 +183,16 @@ def elsewhere():
 for sleeper in (init_run, elsewhere):
     started = time.monotonic()
     sleeper()
-    print(round(time.monotonic() - started, 1))
+    print(time.monotonic() - started)
 """
 
 
-@pytest.mark.parametrize("switch,expected", [("1", ["True", "0.0", "0.5"]), ("0", ["False", "0.5", "0.5"])])
-def test_only_the_workers_sync_sleep_is_shortened(switch, expected):
+@pytest.mark.parametrize("switch,shortened", [("1", True), ("0", False)])
+def test_only_the_workers_sync_sleep_is_shortened(switch, shortened):
     env = {**os.environ, "NVFLARE_MOON_SCHEDULE_SITES": switch}
     printed = subprocess.run([sys.executable, "-c", SHORTER_SLEEP], env=env, capture_output=True, text=True, check=True)
-    assert printed.stdout.split() == expected
+    patched, in_init_run, elsewhere = printed.stdout.split()
+    assert patched == str(shortened)
+    # a sleep never ends early, and may end late on a busy machine: the shortened one is 20 ms, far below 0.5 s
+    assert (float(in_init_run) < 0.25) if shortened else (float(in_init_run) >= 0.5)
+    assert float(elsewhere) >= 0.5

@@ -16,11 +16,10 @@ them to a record with the command line, the date, the commit and the machine.
 
 import argparse
 import io
-import shlex
-import sys
 
 import torch
 
+from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
 from nvflare_moon.core.previous_uploads import PreviousUploads
 from nvflare_moon.models import Network, ProjectionHead
 
@@ -51,6 +50,7 @@ def main() -> None:
         "--json", help="also write a record to this file: the command, date, commit, machine and the sizes in bytes"
     )
     args = parser.parse_args()
+    header = RecordHeader("benchmarks/history_state.py")
 
     sizes = {}
     print(
@@ -74,11 +74,8 @@ def main() -> None:
         memory = f"{tensor_bytes(net) / 1e6:>12.2f} → {tensor_bytes(head) / 1e6:.2f} MB"
         print(f"{arch:<12}{figures}{memory}")
     if args.json:
-        from nvflare_moon.benchmark.runner import environment, write_json_atomic
-
         record = {
-            "command": shlex.join(["python", "benchmarks/history_state.py"] + sys.argv[1:]),
-            **environment(),
+            **header.fields(),
             "history_kept": "m = 1: the last two uploads (rounds 0 and 1)",
             "sizes": sizes,
         }

@@ -26,7 +26,6 @@ import json
 import os
 import pickle
 import resource
-import shlex
 import shutil
 import subprocess
 import sys
@@ -227,8 +226,10 @@ def main() -> None:
         child(args)
         return
 
+    from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic  # here: the children measure imports
+
     archs, methods = args.archs.split(","), args.methods.split(",")
-    load_before = os.getloadavg()[0]
+    header = RecordHeader("benchmarks/memory.py")
     started = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="nvflare_moon_memory_")
     rows = []
@@ -306,12 +307,8 @@ def main() -> None:
                 f"{median[a][m]:>9.0f}{ratio:>11}{each:>24}"
             )
     if args.json:
-        from nvflare_moon.benchmark.runner import environment, write_json_atomic
-
         record = {
-            "command": shlex.join(["python", "benchmarks/memory.py"] + sys.argv[1:]),
-            **environment(),
-            "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
+            **header.fields(),
             "seconds": time.perf_counter() - started,
             "batch_size": BATCH,
             "threads": args.threads,

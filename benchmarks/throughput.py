@@ -17,9 +17,6 @@ and SCAFFOLD add per-step parameter arithmetic. SOLO's step is FedAvg's.
 
 import argparse
 import itertools
-import os
-import shlex
-import sys
 import time
 from typing import Callable, Dict, Tuple
 
@@ -35,7 +32,7 @@ from nvflare_moon.core.objectives import (
     LightHistoryMoonObjective,
     MoonObjective,
 )
-from nvflare_moon.benchmark.runner import environment, write_json_atomic
+from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
 from nvflare_moon.runtime import resolve_device
 from nvflare_moon.core.scaffold import ScaffoldRound
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
@@ -174,7 +171,7 @@ def main() -> None:
         source = f"CIFAR-10 site-1 shard ({len(shard)} images), batched uint8 augmentation"
 
     methods = args.methods.split(",")
-    load_before = os.getloadavg()[0]
+    header = RecordHeader("benchmarks/throughput.py")
     repeats = {m: [] for m in methods}
     for _ in range(args.repeats):
         for m in methods:
@@ -187,9 +184,7 @@ def main() -> None:
         print(f"{m:<20}{best[m]:>10.0f}{best['fedavg'] / best[m]:>15.2f}x")
     if args.json:
         record = {
-            "command": shlex.join(["python", "benchmarks/throughput.py"] + sys.argv[1:]),
-            **environment(),
-            "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
+            **header.fields(),
             "arch": args.arch,
             "clock": args.clock,
             "device": str(device),

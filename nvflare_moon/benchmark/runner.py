@@ -17,8 +17,10 @@ import glob
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -105,6 +107,21 @@ def environment() -> Dict[str, str]:
         "machine": f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), {gpu}; "
         f"Python {platform.python_version()}, torch {torch.__version__}, nvflare {nvflare.__version__}",
     }
+
+
+class RecordHeader:
+    """The opening of a benchmark script's record: the command that made it, where and when it started (the commit as
+    it was then), and the 1-minute load average before and after, since the measurements share the CPUs with whatever
+    else runs. Create it before measuring; ``fields()`` gives the header once done."""
+
+    def __init__(self, script: str):
+        self.command = shlex.join(["python", script] + sys.argv[1:])
+        self.environment = environment()
+        self.load_before = os.getloadavg()[0]
+
+    def fields(self) -> Dict:
+        load = {"before": self.load_before, "after": os.getloadavg()[0]}
+        return {"command": self.command, **self.environment, "load_average_1min": load}
 
 
 def _end_process_tree(watcher: PeakMemoryWatcher, root: subprocess.Popen) -> None:

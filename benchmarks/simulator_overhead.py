@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
 from nvflare_moon.data import TensorBatchLoader, load_dataset, site_train_arrays, train_transform
 from nvflare_moon.models import Network
 from nvflare_moon.core.objectives import MoonObjective
@@ -197,6 +198,7 @@ MODES = {  # the simulator as NVFlare ships it, and with nvflare_moon's scheduli
 def compare_threads(n: int, thread_counts: list, rounds: int, epochs: int, modes: list, record: str) -> None:
     """Run the same job once per mode and ``-t``, side by side, and print seconds per round, the ratio to the
     fastest ``-t`` of the mode and the split of the threads' time; with ``record``, write them as JSON."""
+    header = RecordHeader("benchmarks/simulator_overhead.py")
     measured = {}
     with tempfile.TemporaryDirectory() as tmp:
         MoonRecipe(num_rounds=rounds, local_epochs=epochs, min_clients=n).export(tmp)
@@ -212,8 +214,6 @@ def compare_threads(n: int, thread_counts: list, rounds: int, epochs: int, modes
         fastest = min(run["seconds_per_round"] for run in results[mode].values())
         for run in results[mode].values():
             run["over_fastest"] = run["seconds_per_round"] / fastest
-    command = f"python benchmarks/simulator_overhead.py --compare-threads {','.join(map(str, thread_counts))} "
-    command += f"--epochs {epochs} --rounds {rounds} --modes {','.join(modes)}"
     print(f"nvflare simulator -n {n}, {rounds} rounds x {epochs} local epochs, {os.cpu_count()} cores")
     print("| simulator | -t | s per round | / fastest -t | tasks | empty starts | " + " | ".join(PHASES) + " |")
     print("|---" * (6 + len(PHASES)) + "|")
@@ -226,19 +226,17 @@ def compare_threads(n: int, thread_counts: list, rounds: int, epochs: int, modes
                 f"{run['per_round']['tasks']:.1f} | {run['per_round']['empty starts']:.1f} | {split} |"
             )
     if record:
-        with open(record, "w") as f:
-            json.dump(
-                {
-                    "command": command,
-                    "n": n,
-                    "rounds": rounds,
-                    "epochs": epochs,
-                    "cores": os.cpu_count(),
-                    "results": results,
-                },
-                f,
-                indent=1,
-            )
+        write_json_atomic(
+            record,
+            {
+                **header.fields(),
+                "n": n,
+                "rounds": rounds,
+                "epochs": epochs,
+                "cores": os.cpu_count(),
+                "results": results,
+            },
+        )
         print(f"record: {record}")
 
 

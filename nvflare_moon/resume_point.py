@@ -94,6 +94,8 @@ def save_resume_point(
     """
     model_path = workspace_checkpoint(workspace)
     last_round = read_checkpoint(model_path)[1]["current_round"]
+    if _saved_already(workspace, dest, last_round):
+        return load_resume_point(dest)
     previous, first_round = _previous_point(workspace, dest, last_round)
     metrics = _metrics_through(workspace, previous, first_round, last_round)
     tmp = f"{os.path.abspath(dest)}.tmp.{os.getpid()}"
@@ -123,6 +125,15 @@ def save_resume_point(
     write_json(os.path.join(tmp, POINT_FILE), record)
     _replace_folder(tmp, dest)
     return load_resume_point(dest)
+
+
+def _saved_already(workspace: str, dest: str, last_round: int) -> bool:
+    """Whether ``dest`` is this workspace's point at ``last_round``: saved once, it is no longer the point the
+    workspace's run continued from, so saving it again must not be checked against that."""
+    if not os.path.exists(os.path.join(dest, POINT_FILE)):
+        return False
+    point = load_resume_point(dest)
+    return point.last_round == last_round and point.info.get("from_workspace") == os.path.abspath(workspace)
 
 
 def _previous_point(workspace: str, dest: str, last_round: int) -> Tuple[Optional[ResumePoint], int]:

@@ -14,6 +14,11 @@ Two idle costs of the simulator's client threads (read in ``simulator_runner.py`
   try almost always comes too early, so every task waits about a second. Each thread sleeps a second before every
   task, and each worker half a second before it syncs with the server. Here each of these lasts 20 ms (the worker's,
   in workers forked by :mod:`nvflare_moon.simulator_workers`, which calls :func:`shorten_worker_sync_sleep`).
+- **Waits the server asks for.** After every task the server tells the site to come back in ``task_request_interval``
+  (2 s by default), which a worker sleeps before it asks for the next round's task, however soon that is ready; here
+  POLL (the worker's own 0.5 s between fetches the server answers with "try again" still bounds its polling). At its
+  end the simulator's process sleeps 3 s "to let pending activities finish" before its clean-up; every site and the
+  server app have ended by then, so here it goes straight to the clean-up.
 
 ``NVFLARE_MOON_SCHEDULE_SITES=0`` turns all of it off.
 """
@@ -127,6 +132,23 @@ def shorten_worker_sync_sleep() -> bool:
     return True
 
 
+def _asking_back_sooner(init):
+    @functools.wraps(init)
+    def init_asking_back_sooner(self, config, *args, **kwargs):
+        config.task_request_interval = min(config.task_request_interval, POLL)
+        init(self, config, *args, **kwargs)
+
+    return init_asking_back_sooner
+
+
+def _without_grace_sleep(start_shutdown):
+    @functools.wraps(start_shutdown)
+    def start_shutdown_now(shutdown_grace_time, cleanup_grace_time):
+        return start_shutdown(0, cleanup_grace_time)
+
+    return start_shutdown_now
+
+
 def schedule_simulator_sites() -> bool:
     """Apply these changes to the simulator loaded in this process; False outside a simulator, when turned off by
     ``NVFLARE_MOON_SCHEDULE_SITES=0``, or when already applied.
@@ -141,7 +163,11 @@ def schedule_simulator_sites() -> bool:
     if runner_class.__dict__.get("_create_connection") is _connect_soon:
         return False
     from nvflare.apis.impl.wf_comm_server import WFCommServer
+    from nvflare.fuel.f3.mpm import MainProcessMonitor
+    from nvflare.private.fed.server.server_runner import ServerRunner
 
+    ServerRunner.__init__ = _asking_back_sooner(ServerRunner.__init__)
+    MainProcessMonitor._start_shutdown = _without_grace_sleep(MainProcessMonitor._start_shutdown)
     WFCommServer.initialize_run = _tracking(WFCommServer.initialize_run, add=True)
     WFCommServer.finalize_run = _tracking(WFCommServer.finalize_run, add=False)
     runner_class.do_one_task = _waiting_for_a_task(runner_class.do_one_task)

@@ -1,5 +1,5 @@
 """Warm client processes for NVFlare 2.9's simulator: each site's worker is forked from one process that has already
-imported torch, instead of started from a bare interpreter.
+imported torch (and torch._dynamo, which the first optimizer imports), instead of started from a bare interpreter.
 
 With ``-t < -n`` the simulator starts a new ``python -m ...simulator_worker`` process for every task, and importing
 torch is most of that start (1.5 of about 1.9 s of CPU here; ``benchmarks/client_start.py``).
@@ -32,9 +32,10 @@ from .simulator_schedule import shorten_worker_sync_sleep
 
 RUNNER_MODULE = "nvflare.private.fed.app.simulator.simulator_runner"
 WORKER_MODULE = "nvflare.private.fed.app.simulator.simulator_worker"
-# torch alone: it is most of the import time, and NVFlare's own modules hold import-time state that a forked child
-# must not share (preloaded, a child's second task upload was never answered: seen with NVFlare 2.9.0).
-PRELOADED_MODULES = ("torch",)
+# torch, and torch._dynamo, which the first optimizer a process builds imports (torch.optim's dynamo guard: about 1 s
+# of CPU per worker here). Not NVFlare's own modules: they hold import-time state that a forked child must not share
+# (preloaded, a child's second task upload was never answered: seen with NVFlare 2.9.0).
+PRELOADED_MODULES = ("torch", "torch._dynamo")
 SWITCH = "NVFLARE_MOON_WARM_WORKERS"
 
 logger = logging.getLogger(__name__)

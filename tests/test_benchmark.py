@@ -34,6 +34,7 @@ from nvflare_moon.benchmark.tables import (
     speedup,
 )
 from nvflare_moon.recipes import MoonRecipe
+from nvflare_moon.resume_point import save_resume_point
 
 from .conftest import REPO, aggregated_round
 
@@ -168,6 +169,13 @@ def test_a_run_stopped_saved_and_resumed_elsewhere_ends_as_the_uninterrupted_run
     assert [(r["round"], r["test_accuracy"], r["test_loss"]) for r in record["rounds"]] == [
         (r["round"], r["test_accuracy"], r["test_loss"]) for r in uninterrupted
     ]
+
+    # the continuation's own point, saved twice (as a later --save-progress or --resume-from into this --out does):
+    # the second save finds it already holds the workspace's last round, though the run continued from round 0
+    workspace, point_dir = second / "work" / RUN_ID / "workspace", second / "work" / RUN_ID / "resume_point"
+    saved_once = save_resume_point(str(workspace), str(point_dir), log=lambda _: None)
+    assert saved_once.last_round == 1 and [m["round"] for m in saved_once.metrics()] == [0, 1]
+    assert save_resume_point(str(workspace), str(point_dir), log=lambda _: None).info == saved_once.info
 
 
 # ---- resuming, with a stand-in for the run itself -----------------------------------------------------------------

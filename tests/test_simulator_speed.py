@@ -39,6 +39,7 @@ def test_a_forked_worker_runs_its_command_with_its_environment_and_exit_code(zyg
     assert worker.poll() == 3
     seen = json.loads(report.read_text())
     assert seen["torch_already_imported"]  # the point of the zygote
+    assert seen["dynamo_already_imported"]  # what the first optimizer would import
     assert seen["probe_variable"] == "site-2"
     assert str(custom) in seen["sys_path"]  # the job's custom folder, from PYTHONPATH
     assert seen["argv"] == [str(report), "3"]
@@ -166,6 +167,14 @@ def test_sped_up_simulator_gives_nvflares_results_without_empty_starts(tmp_path,
         [{k: v for k, v in m.items() if k not in timing} for m in run.global_metrics()] for run in (ours, nvflare)
     ]
     assert len(without_time[0]) == 3 and without_time[0] == without_time[1]
+    # after each task the server asks the site back in 20 ms, not NVFlare's 2 s (task_request_interval)
+    for run, interval in ((ours, "0.02"), (nvflare, "2")):
+        finished = [
+            line for site in sites for w in site_workers(run, site) for line in w if "Finished one task" in line
+        ]
+        assert len(finished) == 9 and all(
+            line.endswith(f"interval: {interval} task_processed: True") for line in finished
+        )
 
 
 SHORTER_SLEEP = """
@@ -196,3 +205,25 @@ def test_only_the_workers_sync_sleep_is_shortened(switch, shortened):
     # a sleep never ends early, and may end late on a busy machine: the shortened one is 20 ms, far below 0.5 s
     assert (float(in_init_run) < 0.25) if shortened else (float(in_init_run) >= 0.5)
     assert float(elsewhere) >= 0.5
+
+
+GRACE_SLEEP = """
+import time
+from nvflare.private.fed.app.simulator import simulator_runner  # the simulator, loaded in this process
+from nvflare.fuel.f3.mpm import MainProcessMonitor
+from nvflare_moon.simulator_schedule import schedule_simulator_sites
+print(schedule_simulator_sites())
+MainProcessMonitor.add_cleanup_cb(print, "cleaned up")
+started = time.monotonic()
+MainProcessMonitor._start_shutdown(3, 5)  # as the simulator's process calls it at its end
+print(time.monotonic() - started)
+"""
+
+
+@pytest.mark.parametrize("switch,shortened", [("1", True), ("0", False)])
+def test_the_simulators_end_skips_only_the_grace_sleep(switch, shortened):
+    env = {**os.environ, "NVFLARE_MOON_SCHEDULE_SITES": switch}
+    printed = subprocess.run([sys.executable, "-c", GRACE_SLEEP], env=env, capture_output=True, text=True, check=True)
+    applied, cleaned, seconds = printed.stdout.strip().split("\n")
+    assert applied == str(shortened) and cleaned == "cleaned up"  # the clean-up itself still runs
+    assert (float(seconds) < 1.5) if shortened else (float(seconds) >= 3)

@@ -8,6 +8,7 @@ import time
 
 report = {
     "torch_already_imported": "torch" in sys.modules,
+    "dynamo_already_imported": "torch._dynamo" in sys.modules,
     "probe_variable": os.environ.get("PROBE_VARIABLE"),
     "cwd": os.getcwd(),
     "sys_path": sys.path,

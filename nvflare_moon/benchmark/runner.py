@@ -77,7 +77,7 @@ def load_finished(path: str, spec: RunSpec) -> Optional[Dict]:
 
 
 def write_json_atomic(path: str, data: Dict) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1)

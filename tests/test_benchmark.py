@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import psutil
 import pytest
 
 from nvflare_moon.benchmark import cli, runner
+from nvflare_moon.benchmark.niceness import share_niceness
 from nvflare_moon.benchmark.methods import METHODS, CommandMethod, SimulatorMethod
 from nvflare_moon.benchmark.progress import Progress, estimate_remaining
 from nvflare_moon.benchmark.protocols import PROTOCOLS, Protocol, RunSpec, Settings, Variant, customised
@@ -323,6 +325,7 @@ def orphans():
 def test_a_command_method_is_recorded_with_its_progress(tmp_path, monkeypatch, orphans):
     release = tmp_path / "release"
     spec = command_spec(monkeypatch, sleep_seconds=120, release=release)
+    visits = set()
 
     class ReleasingWatcher(runner.PeakMemoryWatcher):
         """Lets the stand-in finish once the watcher has seen its orphan, however slowly the machine runs (the
@@ -330,6 +333,7 @@ def test_a_command_method_is_recorded_with_its_progress(tmp_path, monkeypatch, o
 
         def poll(self):
             super().poll()
+            visits.add(self.visit)
             if len(self.report()["processes"]) == 2:  # the stand-in and the only process it starts
                 release.touch()
 
@@ -340,6 +344,27 @@ def test_a_command_method_is_recorded_with_its_progress(tmp_path, monkeypatch, o
     assert record["final_accuracy"] == 0.15 and record["status"] == "complete"
     assert any("site 2/2, test accuracy 20.00%" in line for line in lines)
     assert gone(orphans[0])  # what the command left running is ended too
+    assert visits == {share_niceness}  # every process of the run is kept as nice as the runner
+
+
+NICENESS = """
+import os, subprocess, sys, psutil
+from nvflare_moon.benchmark.niceness import share_niceness
+niceness = os.nice(7)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+share_niceness(psutil.Process(child.pid))
+print(niceness, open(f"/proc/{child.pid}/autogroup").read().split()[-1])
+child.kill()
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroup scheduling on this machine")
+def test_a_niced_runner_gives_its_niceness_to_a_session_its_run_starts():
+    """A process in a session of its own (as the simulator starts its workers) gets the runner's nice value for its
+    session's autogroup, which otherwise starts at 0 and competes with the foreground as an equal."""
+    printed = subprocess.run([sys.executable, "-c", NICENESS], capture_output=True, text=True, check=True, timeout=120)
+    niceness, session_niceness = printed.stdout.split()
+    assert int(niceness) >= 7 and session_niceness == niceness
 
 
 def test_a_run_past_its_timeout_is_failed_and_its_whole_process_tree_ended(tmp_path, monkeypatch, orphans):

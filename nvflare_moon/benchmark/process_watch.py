@@ -5,7 +5,7 @@ gets a new process per task, so a site's peak is the largest over its processes.
 """
 
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -26,14 +26,21 @@ def site_order(site: str) -> Tuple[str, int]:
 
 
 class PeakMemoryWatcher:
-    """Polls ``root_pid`` and all its descendants every ``interval`` seconds from a background thread.
+    """Polls ``root_pid`` and all its descendants every ``interval`` seconds from a background thread, and calls
+    ``visit`` with each of them at every poll (a process may change its session after it was first seen).
 
     Use as a context manager; :meth:`report` gives the peaks in MB.
     """
 
-    def __init__(self, root_pid: int, interval: float = 0.5):
+    def __init__(
+        self,
+        root_pid: int,
+        interval: float = 0.5,
+        visit: Callable[[psutil.Process], None] = lambda process: None,
+    ):
         self.root_pid = root_pid
         self.interval = interval
+        self.visit = visit
         self._peaks: Dict[int, float] = {}
         self._roles: Dict[int, Tuple[str, Optional[str]]] = {}
         self._processes: Dict[int, psutil.Process] = {}
@@ -65,6 +72,7 @@ class PeakMemoryWatcher:
         with self._lock:
             for process in processes:
                 try:
+                    self.visit(process)
                     seen_as = self._roles.get(process.pid)
                     if seen_as is None or seen_as[0] != "client":
                         # a just-forked worker shows its parent's command line and memory until it execs

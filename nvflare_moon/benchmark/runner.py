@@ -29,6 +29,7 @@ import psutil
 
 from ..resume_point import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
 from .methods import METHODS, Launch, variant_label
+from .niceness import share_niceness
 from .process_watch import PeakMemoryWatcher
 from .progress import Progress
 from .protocols import Protocol, RunSpec
@@ -250,7 +251,7 @@ def _run_watched(
         )
         reader = threading.Thread(target=_follow, args=(command.stdout, log, launch, progress), daemon=True)
         reader.start()
-        with PeakMemoryWatcher(command.pid) as watcher:
+        with PeakMemoryWatcher(command.pid, visit=share_niceness) as watcher:
             try:
                 returncode = command.wait(timeout=run_timeout)
             except subprocess.TimeoutExpired:

@@ -1,8 +1,8 @@
-"""NVFlare 2.9's simulator at ``-t < -n``: start a site only when the server waits on it, and connect to a started
-worker as soon as it listens.
+"""NVFlare 2.9's simulator: at ``-t < -n`` start a site only when the server waits on it, and connect to a started
+worker as soon as it listens; at any ``-t``, shorten the waits NVFlare fixes.
 
-Two idle costs of the simulator's client threads (read in ``simulator_runner.py``; measured by
-``benchmarks/simulator_overhead.py --split``):
+The idle costs (read in ``simulator_runner.py``, ``simulator_worker.py`` and ``server_runner.py``; measured by
+``benchmarks/simulator_overhead.py --compare-threads``):
 
 - **Empty starts.** A thread picks the next site round-robin without asking whether the server has a task for it; a
   site that already answered this round costs a whole worker start, three empty task fetches and their sleeps, for

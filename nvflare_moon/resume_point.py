@@ -4,6 +4,7 @@ line ``python -m nvflare_moon.resume``."""
 
 import argparse
 import datetime
+import filecmp
 import json
 import os
 import shutil
@@ -88,6 +89,8 @@ def save_resume_point(
     as first run; by default the one in ``dest``, else the job rebuilt from the workspace (one app for every site).
     ``info`` is stored in ``resume_point.json`` (the benchmark stores its run's settings).
 
+    If ``dest`` already is this workspace's point at its last round (saved before), it is returned as it is.
+
     Raises:
         ValueError: the workspace has no aggregated round, its rounds do not follow on from ``dest``, or ``dest``
             holds a later round; the message says what to do.
@@ -128,12 +131,17 @@ def save_resume_point(
 
 
 def _saved_already(workspace: str, dest: str, last_round: int) -> bool:
-    """Whether ``dest`` is this workspace's point at ``last_round``: saved once, it is no longer the point the
-    workspace's run continued from, so saving it again must not be checked against that."""
+    """Whether ``dest`` is this workspace's point at ``last_round``, with its very global model (a run redone from
+    scratch in the same workspace is not): saved once, it is no longer the point the workspace's run continued from,
+    so saving it again must not be checked against that."""
     if not os.path.exists(os.path.join(dest, POINT_FILE)):
         return False
     point = load_resume_point(dest)
-    return point.last_round == last_round and point.info.get("from_workspace") == os.path.abspath(workspace)
+    return (
+        point.last_round == last_round
+        and point.info.get("from_workspace") == os.path.abspath(workspace)
+        and filecmp.cmp(workspace_checkpoint(workspace), point.checkpoint, shallow=False)
+    )
 
 
 def _previous_point(workspace: str, dest: str, last_round: int) -> Tuple[Optional[ResumePoint], int]:

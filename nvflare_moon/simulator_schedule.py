@@ -15,10 +15,12 @@ The idle costs (read in ``simulator_runner.py``, ``simulator_worker.py`` and ``s
   task, and each worker half a second before it syncs with the server. Here each of these lasts 20 ms (the worker's,
   in workers forked by :mod:`nvflare_moon.simulator_workers`, which calls :func:`shorten_worker_sync_sleep`).
 - **Waits the server asks for.** After every task the server tells the site to come back in ``task_request_interval``
-  (2 s by default), which a worker sleeps before it asks for the next round's task, however soon that is ready; here
-  POLL (the worker's own 0.5 s between fetches the server answers with "try again" still bounds its polling). At its
-  end the simulator's process sleeps 3 s "to let pending activities finish" before its clean-up; every site and the
-  server app have ended by then, so here it goes straight to the clean-up.
+  (2 s by default), which a worker sleeps before it asks for the next round's task, however soon that is ready. The
+  simulator's server asks for POLL instead (the worker's own 0.5 s between fetches that the server answers with "try
+  again" still bounds its polling). It is recognised by its engine: NVFlare imports its simulator in every process, so
+  a real server's job process runs this code too, and keeps 2 s. At its end the process that ran the simulator's server
+  sleeps 3 s "to let pending activities finish" before its clean-up; every site and the server app have ended by then,
+  so here it goes straight to the clean-up.
 
 ``NVFLARE_MOON_SCHEDULE_SITES=0`` turns all of it off.
 """
@@ -26,6 +28,7 @@ The idle costs (read in ``simulator_runner.py``, ``simulator_worker.py`` and ``s
 import functools
 import os
 import sys
+import threading
 import time
 import weakref
 from multiprocessing.connection import Client
@@ -36,6 +39,7 @@ SWITCH = "NVFLARE_MOON_SCHEDULE_SITES"
 MAX_WAIT = 30.0  # seconds a thread waits for a task before it picks as NVFlare does
 POLL = 0.02
 
+_simulator_server_built = threading.Event()  # this process runs the simulator's server (see _asking_back_sooner)
 _communicators = weakref.WeakSet()  # the server's running task communicators (one per running workflow)
 
 
@@ -133,18 +137,29 @@ def shorten_worker_sync_sleep() -> bool:
 
 
 def _asking_back_sooner(init):
+    """``ServerRunner.__init__`` that caps ``task_request_interval`` at POLL for the simulator's server, recognised by
+    its engine: NVFlare imports its simulator in every process, so a real server's job process runs this code too, and
+    its clients must keep polling every 2 s."""
+
     @functools.wraps(init)
-    def init_asking_back_sooner(self, config, *args, **kwargs):
-        config.task_request_interval = min(config.task_request_interval, POLL)
-        init(self, config, *args, **kwargs)
+    def init_asking_back_sooner(self, config, job_id, engine, *args, **kwargs):
+        from nvflare.private.fed.simulator.simulator_server import SimulatorServerEngine
+
+        if isinstance(engine, SimulatorServerEngine):
+            config.task_request_interval = min(config.task_request_interval, POLL)
+            _simulator_server_built.set()
+        init(self, config, job_id, engine, *args, **kwargs)
 
     return init_asking_back_sooner
 
 
 def _without_grace_sleep(start_shutdown):
+    """``MainProcessMonitor._start_shutdown`` without its grace sleep in the process that ran the simulator's server;
+    any other process keeps it."""
+
     @functools.wraps(start_shutdown)
     def start_shutdown_now(shutdown_grace_time, cleanup_grace_time):
-        return start_shutdown(0, cleanup_grace_time)
+        return start_shutdown(0 if _simulator_server_built.is_set() else shutdown_grace_time, cleanup_grace_time)
 
     return start_shutdown_now
 

@@ -34,7 +34,8 @@ RUNNER_MODULE = "nvflare.private.fed.app.simulator.simulator_runner"
 WORKER_MODULE = "nvflare.private.fed.app.simulator.simulator_worker"
 # torch, and torch._dynamo, which the first optimizer a process builds imports (torch.optim's dynamo guard: about 1 s
 # of CPU per worker here). Not NVFlare's own modules: they hold import-time state that a forked child must not share
-# (preloaded, a child's second task upload was never answered: seen with NVFlare 2.9.0).
+# (preloaded, a child's second task upload was never answered: seen with NVFlare 2.9.0). torch._dynamo reads its
+# TORCHDYNAMO_* / TORCH_LOGS settings at import, so a worker sees the simulator's, not ones set for the worker alone.
 PRELOADED_MODULES = ("torch", "torch._dynamo")
 SWITCH = "NVFLARE_MOON_WARM_WORKERS"
 

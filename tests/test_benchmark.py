@@ -15,6 +15,7 @@ import time
 
 import psutil
 import pytest
+import torch
 
 from nvflare_moon.benchmark import cli, runner
 from nvflare_moon.benchmark.niceness import share_niceness
@@ -36,7 +37,7 @@ from nvflare_moon.benchmark.tables import (
     speedup,
 )
 from nvflare_moon.recipes import MoonRecipe
-from nvflare_moon.resume_point import save_resume_point
+from nvflare_moon.resume_point import save_resume_point, workspace_checkpoint
 
 from .conftest import REPO, aggregated_round
 
@@ -178,6 +179,13 @@ def test_a_run_stopped_saved_and_resumed_elsewhere_ends_as_the_uninterrupted_run
     saved_once = save_resume_point(str(workspace), str(point_dir), log=lambda _: None)
     assert saved_once.last_round == 1 and [m["round"] for m in saved_once.metrics()] == [0, 1]
     assert save_resume_point(str(workspace), str(point_dir), log=lambda _: None).info == saved_once.info
+    # a run redone in the same workspace to the same round is another run: its point is not taken as saved already
+    checkpoint = torch.load(workspace_checkpoint(str(workspace)), weights_only=False)
+    first = next(iter(checkpoint["model"]))
+    checkpoint["model"][first] = checkpoint["model"][first] + 1
+    torch.save(checkpoint, workspace_checkpoint(str(workspace)))
+    with pytest.raises(ValueError, match="does not hold that resume point"):
+        save_resume_point(str(workspace), str(point_dir), log=lambda _: None)
 
 
 # ---- resuming, with a stand-in for the run itself -----------------------------------------------------------------

@@ -207,23 +207,48 @@ def test_only_the_workers_sync_sleep_is_shortened(switch, shortened):
     assert float(elsewhere) >= 0.5
 
 
-GRACE_SLEEP = """
+SERVER_WAITS = """
 import time
-from nvflare.private.fed.app.simulator import simulator_runner  # the simulator, loaded in this process
 from nvflare.fuel.f3.mpm import MainProcessMonitor
+from nvflare.private.fed.server.server_engine import ServerEngine
+from nvflare.private.fed.server.server_runner import ServerRunner, ServerRunnerConfig
+from nvflare.private.fed.simulator.simulator_server import SimulatorServerEngine
 from nvflare_moon.simulator_schedule import schedule_simulator_sites
+
+def interval_asked_by_a_server_on(engine_class):
+    class StandIn(engine_class):
+        def __init__(self):
+            pass
+
+        def register_aux_message_handler(self, **kwargs):
+            pass
+
+    config = ServerRunnerConfig(60, 2, [], {}, {})
+    ServerRunner(config, "job", StandIn())
+    return config.task_request_interval
+
+def seconds_to_shut_down():
+    MainProcessMonitor.add_cleanup_cb(print, "cleaned up")
+    started = time.monotonic()
+    MainProcessMonitor._start_shutdown(2, 5)  # as a process running NVFlare calls it at its end (grace 2 s)
+    return time.monotonic() - started
+
 print(schedule_simulator_sites())
-MainProcessMonitor.add_cleanup_cb(print, "cleaned up")
-started = time.monotonic()
-MainProcessMonitor._start_shutdown(3, 5)  # as the simulator's process calls it at its end
-print(time.monotonic() - started)
+print(interval_asked_by_a_server_on(ServerEngine))  # a real federation's server
+print(seconds_to_shut_down())
+print(interval_asked_by_a_server_on(SimulatorServerEngine))
+print(seconds_to_shut_down())
 """
 
 
 @pytest.mark.parametrize("switch,shortened", [("1", True), ("0", False)])
-def test_the_simulators_end_skips_only_the_grace_sleep(switch, shortened):
+def test_only_the_simulators_server_asks_sites_back_sooner_and_ends_without_grace_sleep(switch, shortened):
     env = {**os.environ, "NVFLARE_MOON_SCHEDULE_SITES": switch}
-    printed = subprocess.run([sys.executable, "-c", GRACE_SLEEP], env=env, capture_output=True, text=True, check=True)
-    applied, cleaned, seconds = printed.stdout.strip().split("\n")
-    assert applied == str(shortened) and cleaned == "cleaned up"  # the clean-up itself still runs
-    assert (float(seconds) < 1.5) if shortened else (float(seconds) >= 3)
+    printed = subprocess.run([sys.executable, "-c", SERVER_WAITS], env=env, capture_output=True, text=True, check=True)
+    applied, real_interval, cleaned, real_end, simulator_interval, cleaned_too, simulator_end = printed.stdout.split(
+        "\n"
+    )[:7]
+    assert applied == str(shortened) and cleaned == cleaned_too == "cleaned up"  # the clean-up itself always runs
+    assert real_interval == "2" and float(real_end) >= 2  # NVFlare imports its simulator everywhere: a real server
+    assert simulator_interval == ("0.02" if shortened else "2")
+    assert (float(simulator_end) < 1) if shortened else (float(simulator_end) >= 2)

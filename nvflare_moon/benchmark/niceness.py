@@ -14,12 +14,19 @@ import psutil
 
 
 def share_niceness(process: psutil.Process) -> None:
-    """Set the nice value of ``process``'s session (its autogroup) to this process's, if this one is niced."""
+    """Set the nice value of ``process``'s session (its autogroup) to this process's, if this one is niced and the
+    session's differs. Only a differing value is written: without CAP_SYS_ADMIN the kernel takes one such write per
+    100 ms on the whole machine and refuses the rest (EAGAIN), so rewriting settled sessions would starve new ones; a
+    refused write is tried again at the caller's next poll."""
     niceness = os.nice(0)
     if niceness <= 0:
         return
+    path = f"/proc/{process.pid}/autogroup"
     try:
-        with open(f"/proc/{process.pid}/autogroup", "w") as f:
+        with open(path) as f:
+            if f.read().split()[-1:] == [str(niceness)]:  # "/autogroup-<id> nice <n>"
+                return
+        with open(path, "w") as f:
             f.write(str(niceness))
-    except OSError:  # no autogroups here, or the process has ended
+    except OSError:  # no autogroups here, the process has ended, or the write was refused for now
         pass

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -188,3 +189,27 @@ LONGEST_MODULES = (
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_MODULES)))  # stable: the rest keep their order
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record-dir",
+        default=None,
+        help="write the figures that the docs quote from a test's measurement (test_deploy_poc_he.py: the HE transfer "
+        "sizes) as JSON records into this folder, e.g. docs/results/he",
+    )
+
+
+@pytest.fixture
+def write_record(request):
+    """``write_record(name, figures)``: with ``--record-dir``, write ``figures`` to ``<dir>/<name>.json`` beside the
+    command (as typed), date, commit and machine; without it, nothing."""
+    from nvflare_moon.benchmark.runner import environment, write_json_atomic
+
+    def _write(name: str, figures: dict) -> None:
+        folder = request.config.getoption("record_dir")
+        if folder:
+            command = shlex.join(["python", "-m", "pytest", *request.config.invocation_params.args])
+            write_json_atomic(os.path.join(folder, f"{name}.json"), {"command": command, **environment(), **figures})
+
+    return _write

@@ -167,7 +167,7 @@ def test_the_server_holds_no_plaintext_weights_of_a_site(poc, outcomes):
     assert all(in_clear.values()), in_clear
 
 
-def test_ciphertexts_cost_tens_of_times_the_plaintext_bytes(poc, outcomes):
+def test_ciphertexts_cost_tens_of_times_the_plaintext_bytes(poc, outcomes, write_record):
     he_dir, plain_dir = (poc.site("site-1") / outcomes["ids"][name] for name in ("he", "plain"))
     he_up, plain_up = largest_transfers(he_dir, "sent"), largest_transfers(plain_dir, "sent")
     he_down, plain_down = largest_transfers(he_dir, "received"), largest_transfers(plain_dir, "received")
@@ -182,6 +182,8 @@ def test_ciphertexts_cost_tens_of_times_the_plaintext_bytes(poc, outcomes):
         f"download {download:.3f} MiB vs {clear_download:.3f} MiB"
     )
     assert upload > 20 * clear_upload and download > 5 * clear_download
+    mib = {"upload_he": upload, "upload_plain": clear_upload, "download_he": download, "download_plain": clear_download}
+    write_record("he_transfer_sizes", {"mib_per_round_per_site": mib})  # docs/deployment.md quotes them
 
 
 def test_a_site_without_the_he_context_fails_the_job_with_nvflares_error_and_the_fix(outcomes):

@@ -10,7 +10,8 @@
 # and logs: seconds per round in each run record) and overhead_e<EPOCHS>.json. ROUNDS (default 5) is per method; the paper
 # runs 100, so a method's full run takes about 100/ROUNDS times the time printed for it. EPOCHS (environment, default
 # the paper's 10) sets the local epochs of both parts. On a CPU,
-# `EPOCHS=1 bash benchmarks/gpu_protocol.sh .data /tmp/gpu_check 2` checks the script end to end.
+# `EPOCHS=1 bash benchmarks/gpu_protocol.sh .data /tmp/gpu_check 2` checks the script end to end;
+# tests/test_gpu_protocol.py checks every command it runs against our command lines' parsers.
 set -euo pipefail
 data=${1:?DATA: a folder with cifar-10-batches-py/, or the JPEG copy of CIFAR-10 with build_batches.py}
 out=${2:?OUT: where the records go}

@@ -240,7 +240,7 @@ def compare_threads(n: int, thread_counts: list, rounds: int, epochs: int, modes
         print(f"record: {record}")
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=10)
     parser.add_argument("-t", type=int, default=4)
@@ -249,7 +249,11 @@ def main() -> None:
     parser.add_argument("--compare-threads", help="e.g. 10,4,2: seconds per round for each -t instead")
     parser.add_argument("--modes", default="nvflare,ours", help="with --compare-threads: " + ", ".join(MODES))
     parser.add_argument("--record", default="", help="with --compare-threads: write the figures to this JSON file")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     if args.compare_threads:
         threads = [int(t) for t in args.compare_threads.split(",")]
         compare_threads(args.n, threads, args.rounds, args.epochs, args.modes.split(","), args.record)

@@ -1,12 +1,14 @@
 """Does FedSiam-DA's dual aggregation narrow the spread of accuracy across sites? A short side-by-side run.
 
-    NVFLARE_MOON_DATA=/path/with/cifar-10-batches-py python benchmarks/site_spread.py [--sites 5 --rounds 5]
+    NVFLARE_MOON_DATA=/path/with/cifar-10-batches-py python benchmarks/site_spread.py [--sites 5 --rounds 5] \
+        [--json site_spread.json]
 
 It runs FedAvg and FedSiam-DA (and any other recipe named with ``--methods``) on CIFAR-10 with the same partition,
 seed and settings in the simulator, every site in its own process (``-t = -n``), and prints, for every round, how the
 sites' local accuracy of the global model they received spreads (``spread`` in ``global_metrics.jsonl``: weighted
 mean, worst site, std across sites), with the global test accuracy. Short runs are indicative only: run the
-benchmark's protocols for figures to publish.
+benchmark's protocols for figures to publish. ``--json PATH`` also writes a record: the command, date, commit, machine
+load and every round's ``global_metrics.jsonl`` line of each method.
 """
 
 import argparse
@@ -16,6 +18,7 @@ import tempfile
 
 from nvflare.recipe import SimEnv
 
+from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
 from nvflare_moon.recipes import FedAvgBaselineRecipe, FedSiamDARecipe, MoonRecipe
 
 RECIPES = {"fedavg": FedAvgBaselineRecipe, "fedsiam_da": FedSiamDARecipe, "moon": MoonRecipe}
@@ -46,17 +49,22 @@ def main() -> None:
     parser.add_argument("--local-epochs", type=int, default=1)
     parser.add_argument("--beta", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write a record to this file: the command, date, commit and every round")
     args = parser.parse_args()
+    header = RecordHeader("benchmarks/site_spread.py")
     root = tempfile.mkdtemp(prefix="site_spread_")
+    rounds = {method: run(method, args, root) for method in args.methods}
     print("| method | round | test acc. % | local acc. of the global model: mean % | worst site % | std % |")
     print("|---|---|---|---|---|---|")
-    for method in args.methods:
-        for r in run(method, args, root):
+    for method, method_rounds in rounds.items():
+        for r in method_rounds:
             s = r["spread"]["accuracy"]
             print(
                 f"| {method} | {r['round']} | {100 * r['test_accuracy']:.2f} | {100 * s['mean']:.2f} | "
                 f"{100 * s['worst']:.2f} ({s['worst_site']}) | {100 * s['std']:.2f} |"
             )
+    if args.json:
+        write_json_atomic(args.json, {**header.fields(), "rounds": rounds})
 
 
 if __name__ == "__main__":

@@ -34,13 +34,10 @@ The page cache is warm in the cached start (the copy was just written), as on a 
 
 import argparse
 import collections
-import datetime
-import importlib.metadata
 import itertools
 import json
 import multiprocessing
 import os
-import platform
 import resource
 import shlex
 import shutil
@@ -267,44 +264,16 @@ def run_child(kind: str, spec: dict) -> dict:
 # ---- the driver ------------------------------------------------------------------------------------------------------
 
 
-def environment() -> dict:
-    """Date, commit, machine, and how this process is scheduled (the measurements share the CPUs with whatever else
-    runs: see the record's load averages)."""
-
-    def git(*args):
-        done = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, check=False)
-        return done.stdout.strip() if done.returncode == 0 else "unknown"
-
-    return dict(
-        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        commit=git("rev-parse", "--short", "HEAD"),
-        benchmark_uncommitted=bool(git("status", "--porcelain", "--", os.path.relpath(__file__, REPO))),
-        cpu_count=os.cpu_count(),
-        processor=platform.processor() or platform.machine(),
-        memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        python=platform.python_version(),
-        torch=importlib.metadata.version("torch"),
-        nice=os.nice(0),
-        autogroup=read_text("/proc/self/autogroup"),
-    )
-
-
-def read_text(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 def run_benchmark(args) -> dict:
     """Every measurement of the module docstring; the record (also written to ``args.out`` when given)."""
     folder = args.folder or os.path.join(
         tempfile.gettempdir(), "nvflare_moon_large_data", f"{args.images}x{args.size}px-{args.channels}ch"
     )
+    from nvflare_moon.benchmark.runner import environment  # here, as the other imports: the children time theirs
+
     record = dict(
         command=shlex.join(["python", os.path.relpath(os.path.abspath(__file__), os.getcwd()), *args.argv]),
-        environment=environment(),
+        environment=environment(),  # the benchmark's own: date, commit, machine, scheduling
         load_average_before=os.getloadavg(),
         note=args.note,
         settings=dict(

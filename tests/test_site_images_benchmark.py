@@ -32,7 +32,7 @@ def test_record_of_a_tiny_folder(tmp_path, capsys):
 
     assert json.loads(out.read_text()) == json.loads(json.dumps(record))
     assert "site_images.py --images 40 --size 32" in record["command"] and record["note"] == "tiny"
-    assert {"date", "commit", "cpu_count", "torch", "autogroup"} <= set(record["environment"])
+    assert {"date", "commit", "machine", "scheduling"} <= set(record["environment"])
     assert len(record["load_average_before"]) == len(record["load_average_after"]) == 3
     assert record["generation"]["generated"] and bench.count_images(str(folder)) == 40
     assert record["cache_bytes"] == 40 * 3 * 32 * 32

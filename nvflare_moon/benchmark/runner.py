@@ -88,7 +88,8 @@ def write_json_atomic(path: str, data: Dict) -> None:
 
 
 def environment() -> Dict[str, str]:
-    """Where and with what the runs are made: date, commit, versions, CPU and GPU."""
+    """Where and with what the runs are made: date, commit, versions, CPU, memory and GPU, and how this process is
+    scheduled."""
     import nvflare
     import torch
 
@@ -102,12 +103,24 @@ def environment() -> Dict[str, str]:
     except OSError:
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
-        "machine": f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), {gpu}; "
-        f"Python {platform.python_version()}, torch {torch.__version__}, nvflare {nvflare.__version__}",
+        "machine": f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
+        f"{memory_gib:.0f} GiB, {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
+        f"nvflare {nvflare.__version__}",
+        "scheduling": f"nice {os.nice(0)}, {_autogroup()}",  # what shares the CPUs with a measurement, and how
     }
+
+
+def _autogroup() -> str:
+    """This process's autogroup and its nice value (``/autogroup-12 nice 19``), or why there is none."""
+    try:
+        with open("/proc/self/autogroup") as f:
+            return f.read().strip()
+    except OSError:
+        return "no autogroup"
 
 
 class RecordHeader:

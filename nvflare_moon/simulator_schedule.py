@@ -165,8 +165,10 @@ def _without_grace_sleep(start_shutdown):
 
 
 def schedule_simulator_sites() -> bool:
-    """Apply these changes to the simulator loaded in this process; False outside a simulator, when turned off by
-    ``NVFLARE_MOON_SCHEDULE_SITES=0``, or when already applied.
+    """Apply these changes to the simulator's classes in this process; False when its runner is not imported, when
+    turned off by ``NVFLARE_MOON_SCHEDULE_SITES=0``, or when already applied. ``import nvflare`` imports the runner in
+    every process, so a real server's process is patched too: the runner's own classes never run there, and the
+    patches on shared classes act only for the simulator's server (its engine) or only record (the open tasks).
 
     The pick itself is :func:`nvflare_moon.simulator_sites.keep_simulator_site_names_apart`'s, which asks
     :func:`site_waited_on_first`; apply that first, so that the wait here comes before its claim bookkeeping.

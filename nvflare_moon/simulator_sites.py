@@ -78,10 +78,11 @@ def _releasing_unused_claims(do_one_task):
 
 def keep_simulator_site_names_apart() -> bool:
     """Make ``SimulatorClientRunner.build_ctx`` a per-thread copy and its pick of the next site a claim, if the
-    simulator is loaded in this process.
+    simulator's runner is imported in this process (``import nvflare`` imports it everywhere; it runs only in a
+    simulator).
 
     Returns:
-        whether the simulator's runner is patched (now or before); False outside a simulator.
+        whether the simulator's runner is patched (now or before); False when it is not imported.
     """
     runner_module = sys.modules.get(SIMULATOR_RUNNER_MODULE)
     if runner_module is None:

@@ -150,8 +150,10 @@ class _SubprocessWithZygote:
 
 
 def start_simulator_workers_warm() -> bool:
-    """Route the simulator runner's worker starts through a zygote (started with the first of them), if the
-    simulator is loaded in this process; False outside a simulator, when turned off by ``NVFLARE_MOON_WARM_WORKERS=0``, or when already done."""
+    """Route the simulator runner's worker starts through a zygote (started with the first of them). ``import nvflare``
+    imports the simulator's runner in every process, so this patches a real server's process too, where the runner
+    never runs and nothing changes. False when the runner is not imported, when turned off by
+    ``NVFLARE_MOON_WARM_WORKERS=0``, or when already done."""
     runner_module = sys.modules.get(RUNNER_MODULE)
     if runner_module is None or os.environ.get(SWITCH, "1") == "0":
         return False

@@ -1,7 +1,7 @@
 """What one client process start costs, phase by phase: the part of a task that NVFlare's simulator repeats for every
 task when it runs with fewer workers than sites (``-t < -n``).
 
-    python benchmarks/client_start.py [--data-root DIR] [--repeats 3]
+    python benchmarks/client_start.py [--data-root DIR] [--repeats 3] [--json client_start.json]
 
 Each repeat runs a fresh Python process that times, in CPU seconds of that process (``time.process_time``, so that a
 busy machine does not inflate the figures), the phases of a MOON site's start in the order the simulator's worker runs
@@ -9,12 +9,15 @@ them: the interpreter, importing torch, importing NVFlare's client worker, impor
 (mapped from its decoded copy after the first process, see ``nvflare_moon/data/decoded_cache.py``), cutting the site's
 shard, building the network, and saving and loading the site's state file (a task does both). The best repeat of each
 phase is printed; NVFlare's own connection and task exchange (waiting on the server, not CPU) are not included.
+``--json PATH`` also writes a record: the command, date, commit, machine load, every repeat and the best of each phase.
 """
 
 import argparse
 import json
 import subprocess
 import sys
+
+from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
 
 PHASES = r"""
 import json, os, sys, tempfile, time
@@ -46,7 +49,9 @@ def main() -> None:
         "--data-root", default="", help="folder with cifar-10-batches-py/ (default: $NVFLARE_MOON_DATA)"
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="also write a record to this file: the command, date, commit and the figures")
     args = parser.parse_args()
+    header = RecordHeader("benchmarks/client_start.py")
     runs = [
         json.loads(
             subprocess.run(
@@ -59,6 +64,9 @@ def main() -> None:
     for name, seconds in best.items():
         print(f"{name:<34}{seconds:7.2f} s CPU")
     print(f"{'total':<34}{sum(best.values()):7.2f} s CPU")
+    if args.json:
+        record = {**header.fields(), "cpu_seconds_best": best, "cpu_seconds_per_repeat": runs}
+        write_json_atomic(args.json, record)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ seed and settings in the simulator, every site in its own process (``-t = -n``),
 sites' local accuracy of the global model they received spreads (``spread`` in ``global_metrics.jsonl``: weighted
 mean, worst site, std across sites), with the global test accuracy. Short runs are indicative only: run the
 benchmark's protocols for figures to publish. ``--json PATH`` also writes a record: the command, date, commit, machine
-load and every round's ``global_metrics.jsonl`` line of each method.
+load, the settings (each recipe's μ among them) and every round's ``global_metrics.jsonl`` line of each method.
 """
 
 import argparse
@@ -24,8 +24,8 @@ from nvflare_moon.recipes import FedAvgBaselineRecipe, FedSiamDARecipe, MoonReci
 RECIPES = {"fedavg": FedAvgBaselineRecipe, "fedsiam_da": FedSiamDARecipe, "moon": MoonRecipe}
 
 
-def run(method: str, args, root: str) -> list:
-    recipe = RECIPES[method](
+def make_recipe(method: str, args):
+    return RECIPES[method](
         name=method,
         min_clients=args.sites,
         num_rounds=args.rounds,
@@ -35,6 +35,9 @@ def run(method: str, args, root: str) -> list:
         seed=args.seed,
         device="cpu",
     )
+
+
+def run(recipe, method: str, args, root: str) -> list:
     recipe.execute(SimEnv(num_clients=args.sites, num_threads=args.sites, workspace_root=root))
     path = os.path.join(root, method, "server", "simulate_job", "global_metrics.jsonl")
     with open(path) as f:
@@ -53,7 +56,8 @@ def main() -> None:
     args = parser.parse_args()
     header = RecordHeader("benchmarks/site_spread.py")
     root = tempfile.mkdtemp(prefix="site_spread_")
-    rounds = {method: run(method, args, root) for method in args.methods}
+    recipes = {method: make_recipe(method, args) for method in args.methods}
+    rounds = {method: run(recipe, method, args, root) for method, recipe in recipes.items()}
     print("| method | round | test acc. % | local acc. of the global model: mean % | worst site % | std % |")
     print("|---|---|---|---|---|---|")
     for method, method_rounds in rounds.items():
@@ -64,7 +68,9 @@ def main() -> None:
                 f"{100 * s['worst']:.2f} ({s['worst_site']}) | {100 * s['std']:.2f} |"
             )
     if args.json:
-        write_json_atomic(args.json, {**header.fields(), "rounds": rounds})
+        settings = {k: v for k, v in vars(args).items() if k != "json"}
+        mus = {method: recipe.mu for method, recipe in recipes.items() if hasattr(recipe, "mu")}  # each default's
+        write_json_atomic(args.json, {**header.fields(), "settings": {**settings, "mu": mus}, "rounds": rounds})
 
 
 if __name__ == "__main__":

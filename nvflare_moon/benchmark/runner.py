@@ -97,7 +97,9 @@ def environment() -> Dict[str, str]:
     commit = "unknown"
     try:
         head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True).stdout
+        dirty = subprocess.run(
+            ["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout
         if head.returncode == 0:
             commit = head.stdout.strip() + ("+uncommitted changes" if dirty.strip() else "")
     except OSError:
@@ -213,6 +215,7 @@ def execute_run(
     if point is not None:
         progress.log(f"{spec.run_id}: continuing after round {point.last_round} from {point.path}")
     progress.start_run(spec.run_id, launch.units, launch.unit_name)
+    made_with = environment()  # the commit whose code the run's processes load now, not the one at its end
     started, clock = time.time(), time.perf_counter()
     outcome = "FAILED"
     try:
@@ -228,7 +231,7 @@ def execute_run(
         progress.end_run(outcome)
     if not keep_work:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return _record(spec, launch, point, started, wall, peak_rss_mb, results)
+    return _record(spec, launch, point, started, wall, peak_rss_mb, results, made_with)
 
 
 def _prepare_folders(run_dir: str, log_path: str, fresh: bool) -> None:
@@ -308,8 +311,9 @@ def _record(
     wall: float,
     peak_rss_mb: Dict,
     results: Dict,
+    made_with: Dict,
 ) -> Dict:
-    """The complete record of a finished run of ``spec``."""
+    """The complete record of a finished run of ``spec``; ``made_with`` is :func:`environment` at its start."""
     return {
         "format": RECORD_FORMAT,
         "status": COMPLETE,
@@ -326,7 +330,7 @@ def _record(
         "started": started,
         "wall_seconds": wall,
         "peak_rss_mb": peak_rss_mb,
-        "environment": environment(),
+        "environment": made_with,
         **results,
     }
 

@@ -19,6 +19,8 @@ RECORDING_PYTHON = """#!/usr/bin/env python3
 import json, os, sys
 with open(os.environ["COMMANDS"], "a") as f:
     f.write(json.dumps({"argv": sys.argv[1:], "env_data": os.environ.get("NVFLARE_MOON_DATA")}) + "\\n")
+if sys.argv[1].endswith(".py") and not os.path.isfile(sys.argv[1]):
+    sys.exit(f"python: can't open file {sys.argv[1]!r}")  # as the real one would, from the script's folder
 if sys.argv[1:2] == ["-c"]:
     print("device: cpu")
 if sys.argv[1].endswith("build_batches.py"):
@@ -37,7 +39,9 @@ def run_script(tmp_path, data: Path, *args: str, epochs: str = "") -> tuple:
     if epochs:
         env["EPOCHS"] = epochs
     out = tmp_path / "out"
-    done = subprocess.run(["bash", str(SCRIPT), str(data), str(out), *args], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(data), str(out), *args], cwd=REPO, env=env, capture_output=True, text=True
+    )  # from the repository's root, as its usage line says
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in commands.read_text().splitlines()], out, done.stdout
 
@@ -68,6 +72,7 @@ def test_the_paper_pair_runs_with_the_papers_settings_on_the_gpu_for_the_rounds_
 def test_epochs_reach_both_parts_and_the_jpeg_copy_is_unpacked_first(tmp_path):
     jpeg_copy = tmp_path / "shared_copy"  # no cifar-10-batches-py/: the project's JPEG copy with its build script
     jpeg_copy.mkdir()
+    (jpeg_copy / "build_batches.py").touch()
     commands, out, _ = run_script(tmp_path, jpeg_copy, epochs="1")
     build, _, benchmark, overhead = commands
     assert build["argv"] == [str(jpeg_copy / "build_batches.py"), str(out / "data")]

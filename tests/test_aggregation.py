@@ -3,6 +3,10 @@ import logging
 import numpy as np
 import pytest
 
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_constant import ReservedKey
+from nvflare.apis.fl_context import FLContext
+from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from nvflare_moon.core.aggregation import normalized_weights, update_problem, weighted_average
@@ -82,4 +86,20 @@ def test_aggregator_with_no_valid_update_fails_the_round():
     agg = WeightedFedAvgAggregator()
     agg.accept_model(site_model("site-1", 100, [np.inf, 0.0]))
     with pytest.raises(RuntimeError, match="no valid update"):
+        agg.aggregate_model()
+
+
+def test_a_round_is_not_aggregated_once_the_job_is_ending():
+    # a site's failed reply panics the job (the run's abort signal), and NVFlare's FedAvg may still ask for the
+    # aggregate of the sites that answered when that reply ended the round's last task
+    signal = Signal()
+    fl_ctx = FLContext()
+    fl_ctx.set_prop(ReservedKey.RUN_ABORT_SIGNAL, signal, private=True, sticky=True)
+    agg = WeightedFedAvgAggregator()
+    agg.handle_event(EventType.START_RUN, fl_ctx)
+    agg.accept_model(site_model("site-1", 100, [1.0, 2.0]))
+    np.testing.assert_allclose(agg.aggregate_model().params["w"], [1.0, 2.0])  # running: aggregated
+    agg.accept_model(site_model("site-1", 100, [1.0, 2.0]))
+    signal.trigger(True)
+    with pytest.raises(RuntimeError, match="not aggregated, the job is ending"):
         agg.aggregate_model()

@@ -90,6 +90,10 @@ class WeightedFedAvgAggregator(ModelAggregator):
         return global_model
 
     def aggregate_model(self) -> FLModel:
+        if self._run_aborted():
+            # NVFlare's FedAvg looks at the abort signal only while a task stands: a site's failed reply that ends
+            # the round's last task (and panics the job) would otherwise be followed by an aggregate of the others
+            raise RuntimeError(f"round {self._round()}: not aggregated, the job is ending; see the errors above")
         if not self._updates:
             raise RuntimeError(f"round {self._round()}: no valid update to aggregate; see the warnings above")
         sites = sorted(self._updates)
@@ -112,6 +116,11 @@ class WeightedFedAvgAggregator(ModelAggregator):
 
     def reset_stats(self):
         self._updates = {}
+
+    def _run_aborted(self) -> bool:
+        """Whether the job is ending (a panic triggers the run's abort signal, which the run's context carries)."""
+        signal = self.fl_ctx.get_run_abort_signal() if self.fl_ctx else None
+        return bool(signal is not None and signal.triggered)
 
     def _round(self):
         return self.fl_ctx.get_prop(AppConstants.CURRENT_ROUND) if self.fl_ctx else None

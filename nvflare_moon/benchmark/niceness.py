@@ -13,6 +13,15 @@ import os
 import psutil
 
 
+def autogroup(pid="self") -> str:
+    """A process's autogroup and its nice value (``/autogroup-12 nice 19``); "" without autogroups or once it ended."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def share_niceness(process: psutil.Process) -> None:
     """Set the nice value of ``process``'s session (its autogroup) to this process's, if this one is niced and the
     session's differs. Only a differing value is written: without CAP_SYS_ADMIN the kernel takes one such write per
@@ -21,12 +30,11 @@ def share_niceness(process: psutil.Process) -> None:
     niceness = os.nice(0)
     if niceness <= 0:
         return
-    path = f"/proc/{process.pid}/autogroup"
+    current = autogroup(process.pid)
+    if not current or current.split()[-1:] == [str(niceness)]:  # no autogroups, ended, or settled
+        return
     try:
-        with open(path) as f:
-            if f.read().split()[-1:] == [str(niceness)]:  # "/autogroup-<id> nice <n>"
-                return
-        with open(path, "w") as f:
+        with open(f"/proc/{process.pid}/autogroup", "w") as f:
             f.write(str(niceness))
-    except OSError:  # no autogroups here, the process has ended, or the write was refused for now
+    except OSError:  # the process has ended, or the write was refused for now
         pass

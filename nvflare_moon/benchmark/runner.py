@@ -29,7 +29,7 @@ import psutil
 
 from ..resume_point import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
 from .methods import METHODS, Launch, variant_label
-from .niceness import share_niceness
+from .niceness import autogroup, share_niceness
 from .process_watch import PeakMemoryWatcher
 from .progress import Progress
 from .protocols import Protocol, RunSpec
@@ -112,17 +112,8 @@ def environment() -> Dict[str, str]:
         "machine": f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), "
         f"{memory_gib:.0f} GiB, {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
         f"nvflare {nvflare.__version__}",
-        "scheduling": f"nice {os.nice(0)}, {_autogroup()}",  # what shares the CPUs with a measurement, and how
+        "scheduling": f"nice {os.nice(0)}, {autogroup() or 'no autogroup'}",  # what shares the CPUs with a measurement, and how
     }
-
-
-def _autogroup() -> str:
-    """This process's autogroup and its nice value (``/autogroup-12 nice 19``), or why there is none."""
-    try:
-        with open("/proc/self/autogroup") as f:
-            return f.read().strip()
-    except OSError:
-        return "no autogroup"
 
 
 class RecordHeader:

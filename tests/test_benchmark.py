@@ -495,6 +495,7 @@ def test_table_2_counts_rounds_on_the_mean_curves_against_fedavgs_final_accuracy
 def test_a_method_that_never_reaches_the_target_has_no_speedup():
     groups = group_runs(records({"fedavg": [[0.2, 0.4, 0.5, 0.6]], "scaffold": [[0.1, 0.2, 0.3, 0.4]]}))
     assert rounds_to_target_rows(groups, "cifar10")[1][3:6] == ["not reached / 4", "—", "—"]
+    assert final_accuracy_rows(groups, "cifar10")[1][-1] == "66.6"  # Table 1 as issue 26 quotes it; no speed-up
 
 
 def test_a_continued_runs_time_per_round_leaves_out_the_time_between_sittings():

@@ -73,25 +73,31 @@ def final_accuracy(runs: Sequence[Dict]) -> Tuple[float, float]:
 
 
 def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dict]:
-    """For every group with rounds at a β where FedAvg ran: the target (FedAvg's mean final accuracy at that β), the
-    rounds the group's mean curve needs to reach it, and two speed-ups over FedAvg.
+    """For every group with rounds at a β where FedAvg ran at the group's seeds: the target (FedAvg's mean final
+    accuracy over those seeds), the rounds the group's mean curve needs to reach it, and two speed-ups over FedAvg.
+
+    The comparison is paired: each seed draws its own partition, so a method run at seed 0 only is measured against
+    FedAvg at seed 0, not against FedAvg's mean over seeds it did not run. A group with a seed FedAvg lacks is left out.
 
     ``speedup`` counts as the MOON paper's Table 2 does: FedAvg's total rounds T (100 in the paper) over the method's
     rounds; FedAvg's own is 1 by definition. ``speedup_first_reach`` divides instead the round at which FedAvg's own
-    mean curve first reaches the target, which is smaller than T when FedAvg's accuracy has levelled off before its
-    last round: the stricter figure.
+    mean curve (over the same seeds) first reaches the target, which is smaller than T when FedAvg's accuracy has
+    levelled off before its last round: the stricter figure.
     """
     result = {}
     for (variant, beta), runs in groups.items():
-        baseline = groups.get((BASELINE, beta))
-        if baseline is None or not runs[0]["rounds"]:
+        baseline_by_seed = {r["seed"]: r for r in groups.get((BASELINE, beta), [])}
+        seeds = [r["seed"] for r in runs]
+        if not runs[0]["rounds"] or not all(seed in baseline_by_seed for seed in seeds):
             continue
+        baseline = [baseline_by_seed[seed] for seed in seeds]
         target = final_accuracy(baseline)[0]
         baseline_curve = mean_curve([curve(r) for r in baseline])
         first_reach = rounds_to_target(baseline_curve, target)
         rounds = rounds_to_target(mean_curve([curve(r) for r in runs]), target)
         result[(variant, beta)] = {
             "target": target,
+            "seeds": seeds,
             "rounds": rounds,
             "speedup": 1.0 if variant == BASELINE else speedup(len(baseline_curve), rounds),
             "speedup_first_reach": speedup(first_reach, rounds),
@@ -142,8 +148,9 @@ def final_accuracy_rows(groups: "OrderedDict[Group, List[Dict]]", dataset: str) 
 
 
 def rounds_to_target_rows(groups: "OrderedDict[Group, List[Dict]]", dataset: str) -> List[List[str]]:
-    """Table 2: method, β, target (FedAvg's final %), rounds to reach it (of the total), the speed-up as the paper
-    counts it, the speed-up against FedAvg's first reach (see :func:`target_analysis`), and the published speed-up."""
+    """Table 2: method, β, seeds, target (FedAvg's final % at those seeds), rounds to reach it (of the total), the
+    speed-up as the paper counts it, the speed-up against FedAvg's first reach (see :func:`target_analysis`), and the
+    published speed-up."""
     rows = []
     for (variant, beta), t in target_analysis(groups).items():
         runs = groups[(variant, beta)]
@@ -152,6 +159,7 @@ def rounds_to_target_rows(groups: "OrderedDict[Group, List[Dict]]", dataset: str
             [
                 runs[0]["label"],
                 f"{beta:g}",
+                ", ".join(str(seed) for seed in t["seeds"]),
                 percent(t["target"]),
                 f"{reached} / {t['total_rounds']}",
                 _times(t["speedup"]),

@@ -18,10 +18,11 @@ import pytest
 import torch
 
 from nvflare_moon.benchmark import cli, runner
-from nvflare_moon.benchmark.niceness import share_niceness
 from nvflare_moon.benchmark.methods import METHODS, CommandMethod, SimulatorMethod
+from nvflare_moon.benchmark.niceness import share_niceness
 from nvflare_moon.benchmark.progress import Progress, estimate_remaining
 from nvflare_moon.benchmark.protocols import PROTOCOLS, Protocol, RunSpec, Settings, Variant, customised
+from nvflare_moon.benchmark.published import published
 from nvflare_moon.benchmark.summary import write_summary
 from nvflare_moon.benchmark.tables import (
     beta_sweep_rows,
@@ -35,6 +36,7 @@ from nvflare_moon.benchmark.tables import (
     rounds_to_target,
     rounds_to_target_rows,
     speedup,
+    unpaired_groups,
 )
 from nvflare_moon.recipes import MoonRecipe
 from nvflare_moon.resume_point import save_resume_point, workspace_checkpoint
@@ -483,8 +485,8 @@ def test_table_2_counts_rounds_on_the_mean_curves_against_fedavgs_final_accuracy
     )
     rows = rounds_to_target_rows(groups, "cifar10")
     assert rows == [  # paper's count: FedAvg's 4 rounds / MOON's 2; against FedAvg's first reach: 2 / 2
-        ["FedAvg", "0.5", "0, 1", "55.00", "2 / 4", "1.00×", "1.00×", "1×"],
-        ["MOON", "0.5", "0, 1", "55.00", "2 / 4", "2.00×", "1.00×", "3.7×"],
+        ["FedAvg", "0.5", "0, 1", "55.00", "2 / 4", "2", "1.00×", "1.00×", "1×"],
+        ["MOON", "0.5", "0, 1", "55.00", "2 / 4", "2", "2.00×", "1.00×", "3.7×"],
     ]
     table_1 = final_accuracy_rows(groups, "cifar10")
     assert table_1[0] == ["FedAvg", "0.5", "0, 1", "55.00 ± 5.00", "66.3"]
@@ -494,25 +496,40 @@ def test_table_2_counts_rounds_on_the_mean_curves_against_fedavgs_final_accuracy
 
 def test_a_method_that_never_reaches_the_target_has_no_speedup():
     groups = group_runs(records({"fedavg": [[0.2, 0.4, 0.5, 0.6]], "scaffold": [[0.1, 0.2, 0.3, 0.4]]}))
-    assert rounds_to_target_rows(groups, "cifar10")[1][4:7] == ["not reached / 4", "—", "—"]
-    assert final_accuracy_rows(groups, "cifar10")[1][-1] == "66.6"  # Table 1 as issue 26 quotes it; no speed-up
+    assert rounds_to_target_rows(groups, "cifar10")[1][4:8] == ["not reached / 4", "4", "—", "—"]
+
+
+def test_table_1_shows_the_papers_baselines_as_issue_26_quotes_them():
+    groups = group_runs(records({"fedprox": [[0.5]], "scaffold": [[0.5]]}))
+    assert [row[-1] for row in final_accuracy_rows(groups, "cifar10")] == ["66.9", "66.6"]
+    assert "issue 26" in published("scaffold", "cifar10", "top1", 0.5).where
 
 
 def test_a_method_run_at_fewer_seeds_is_measured_against_fedavg_at_its_own_seeds():
-    fedavg = [[0.2, 0.4, 0.6, 0.7], [0.2, 0.5, 0.5, 0.5]]  # finals 0.7 and 0.5; all seeds' target 0.6
+    fedavg = [[0.2, 0.4, 0.6, 0.7], [0.2, 0.5, 0.5, 0.5]]  # finals 0.7 and 0.5; both seeds' target 0.6
+
+    def run(method, seed, beta=0.5, accuracies=(0.3, 0.5, 0.6, 0.6)):
+        return fake_record(RunSpec(Variant(method), seed, beta, Settings(rounds=4)), list(accuracies))
+
     groups = group_runs(
         records({"fedavg": fedavg})
         + [
-            fake_record(RunSpec(Variant("scaffold"), 1, 0.5, Settings(rounds=4)), [0.3, 0.5, 0.6, 0.6]),
-            fake_record(RunSpec(Variant("fedprox"), 2, 0.5, Settings(rounds=4)), [0.3, 0.5, 0.6, 0.6]),
+            run("scaffold", 1),
+            run("fedprox", 2),  # FedAvg has no seed 2 at β 0.5 ...
+            run("fedavg", 2, beta=0.1),  # ... only at β 0.1
+            run("moon", 1),
+            run("moon", 2),  # seeds 1 and 2: not paired on seed 1 alone
+            run("solo", 1),
         ]
     )
-    rows = {row[0]: row for row in rounds_to_target_rows(groups, "cifar10")}
-    # seed 1's FedAvg ends at 0.5, first reached at round 2; SCAFFOLD at seed 1 reaches it at round 2 too (against
-    # both seeds' 0.6 it would need 3 rounds)
-    assert rows["SCAFFOLD"][2:7] == ["1", "50.00", "2 / 4", "2.00×", "1.00×"]
-    assert rows["FedAvg"][2:5] == ["0, 1", "60.00", "4 / 4"]  # its mean curve: 0.2, 0.45, 0.55, 0.6
-    assert "FedProx" not in rows  # FedAvg has no seed 2 to pair it with
+    groups[("solo", 0.5)][0]["rounds"] = []  # SOLO has no rounds
+    rows = {row[0]: row for row in rounds_to_target_rows(groups, "cifar10") if row[1] == "0.5"}
+    # seed 1's FedAvg ends at 0.5, which it first reaches at round 2; SCAFFOLD at seed 1 reaches it at round 2 too
+    # (against both seeds' 0.6 it would need 3 rounds)
+    assert rows["SCAFFOLD"][2:8] == ["1", "50.00", "2 / 4", "2", "2.00×", "1.00×"]
+    assert rows["FedAvg"][2:6] == ["0, 1", "60.00", "4 / 4", "4"]  # its mean curve: 0.2, 0.45, 0.55, 0.6
+    assert set(rows) == {"FedAvg", "SCAFFOLD"}
+    assert unpaired_groups(groups) == ["FedProx (β = 0.5, seed 2)", "MOON (β = 0.5, seeds 1, 2)"]
 
 
 def test_a_continued_runs_time_per_round_leaves_out_the_time_between_sittings():

@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 
 from ..data import load_dataset, site_partition  # noqa: E402
 from ..data.label_plot import plot_label_distribution  # noqa: E402
-from .tables import BASELINE, Group, curve, target_analysis  # noqa: E402
+from .tables import BASELINE, Group, curve, final_accuracy, seeds_label, target_analysis  # noqa: E402
 
 
 def _close(fig, path: str) -> str:
@@ -26,12 +26,11 @@ def accuracy_vs_rounds(groups: Dict[Group, List[Dict]], path: str, title: str) -
     without rounds (SOLO) as a dashed level; FedAvg's final accuracy (mean over its seeds) dotted."""
     betas = sorted({beta for _, beta in groups})
     fig, axes = plt.subplots(1, len(betas), figsize=(6.5 * len(betas), 4.5), squeeze=False)
-    targets = target_analysis(groups)
     for ax, beta in zip(axes[0], betas):
         for (variant, b), runs in groups.items():
             if b != beta:
                 continue
-            label = runs[0]["label"] + (f" ({len(runs)} seeds)" if len(runs) > 1 else f" (seed {runs[0]['seed']})")
+            label = f"{runs[0]['label']} ({seeds_label(runs)})"
             if not runs[0]["rounds"]:
                 ax.axhline(100 * np.mean([r["final_accuracy"] for r in runs]), ls="--", lw=1, color="gray", label=label)
                 continue
@@ -41,10 +40,10 @@ def accuracy_vs_rounds(groups: Dict[Group, List[Dict]], path: str, title: str) -
             if len(runs) > 1:
                 mean, std = curves.mean(axis=0), curves.std(axis=0)
                 ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.15, lw=0)
-        if (BASELINE, beta) in targets:
-            ax.axhline(
-                100 * targets[(BASELINE, beta)]["target"], ls=":", color="black", lw=1, label="FedAvg's final accuracy"
-            )
+        fedavg = groups.get((BASELINE, beta))
+        if fedavg:
+            label = f"FedAvg's final accuracy ({seeds_label(fedavg)})"
+            ax.axhline(100 * final_accuracy(fedavg)[0], ls=":", color="black", lw=1, label=label)
         ax.set(xlabel="round", ylabel="global test accuracy (%)", title=f"{title}, β = {beta:g}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -64,14 +63,18 @@ def accuracy_so_far(curves: Dict[str, Sequence[float]], path: str, title: str) -
 
 
 def rounds_to_target(groups: Dict[Group, List[Dict]], path: str, title: str) -> str:
-    """Bars: rounds each method needs to reach FedAvg's final accuracy (per β), with the speed-up on top; a method
-    that never reaches it gets a hatched bar at its total rounds."""
+    """Bars: rounds each method needs to reach FedAvg's final accuracy at the same seeds (per β), with the speed-up on
+    top; a method that never reaches it gets a hatched bar at its total rounds. The bars name their seeds where
+    they differ."""
     analysis = target_analysis(groups)
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(analysis) + 2), 4.2))
+    several_betas = len({b for _, b in analysis}) > 1
+    several_seed_sets = len({tuple(t["seeds"]) for t in analysis.values()}) > 1
     names, heights, hatches, notes = [], [], [], []
     for (variant, beta), t in analysis.items():
         runs = groups[(variant, beta)]
-        names.append(runs[0]["label"] + (f"\nβ={beta:g}" if len({b for _, b in analysis}) > 1 else ""))
+        name = runs[0]["label"] + (f"\nβ={beta:g}" if several_betas else "")
+        names.append(name + (f"\n{seeds_label(runs)}" if several_seed_sets else ""))
         reached = t["rounds"] is not None
         heights.append(t["rounds"] if reached else t["total_rounds"])
         hatches.append("" if reached else "//")

@@ -19,6 +19,7 @@ from .tables import (
     markdown_table,
     per_run_rows,
     rounds_to_target_rows,
+    unpaired_groups,
 )
 
 SUMMARY = "summary.md"
@@ -157,6 +158,7 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
                     "seeds",
                     "target %",
                     "rounds to target / total",
+                    "FedAvg first reaches it at round",
                     "speed-up (paper's count)",
                     "speed-up against FedAvg's first reach",
                     "published speed-up, at the paper's settings",
@@ -165,6 +167,9 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
             ),
             "",
         ]
+        left_out = unpaired_groups(groups)
+        if left_out:
+            lines += [f"Left out, as FedAvg has not run at all their seeds: {'; '.join(left_out)}.", ""]
     if len({beta for _, beta in groups}) > 1:
         headers, rows = beta_sweep_rows(groups)
         title = "## Heterogeneity: final top-1 % per Dirichlet β (Table 4 style)"

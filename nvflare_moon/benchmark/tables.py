@@ -72,25 +72,29 @@ def final_accuracy(runs: Sequence[Dict]) -> Tuple[float, float]:
     return mean_std([r["final_accuracy"] for r in runs])
 
 
-def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dict]:
-    """For every group with rounds at a β where FedAvg ran at the group's seeds: the target (FedAvg's mean final
-    accuracy over those seeds), the rounds the group's mean curve needs to reach it, and two speed-ups over FedAvg.
+def fedavg_runs_at(groups: "OrderedDict[Group, List[Dict]]", beta: float, seeds: Sequence[int]) -> Optional[List[Dict]]:
+    """FedAvg's runs at Dirichlet ``beta`` and exactly ``seeds``, in that order; None if FedAvg lacks one of them.
 
-    The comparison is paired: each seed draws its own partition, so a method run at seed 0 only is measured against
-    FedAvg at seed 0, not against FedAvg's mean over seeds it did not run. A group with a seed FedAvg lacks is left out.
+    Each seed draws its own partition, so a method is compared with FedAvg on the partitions it ran on."""
+    by_seed = {r["seed"]: r for r in groups.get((BASELINE, beta), [])}
+    return [by_seed[seed] for seed in seeds] if all(seed in by_seed for seed in seeds) else None
+
+
+def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dict]:
+    """For every group with rounds whose seeds FedAvg also ran at its β (:func:`fedavg_runs_at`): the target (FedAvg's
+    mean final accuracy over those seeds), the rounds the group's mean curve needs to reach it, the round at which
+    FedAvg's own mean curve over those seeds first reaches it, and two speed-ups over FedAvg.
 
     ``speedup`` counts as the MOON paper's Table 2 does: FedAvg's total rounds T (100 in the paper) over the method's
-    rounds; FedAvg's own is 1 by definition. ``speedup_first_reach`` divides instead the round at which FedAvg's own
-    mean curve (over the same seeds) first reaches the target, which is smaller than T when FedAvg's accuracy has
-    levelled off before its last round: the stricter figure.
+    rounds; FedAvg's own is 1 by definition. ``speedup_first_reach`` divides instead FedAvg's first reach, which is
+    smaller than T when FedAvg's accuracy has levelled off before its last round: the stricter figure.
     """
     result = {}
     for (variant, beta), runs in groups.items():
-        baseline_by_seed = {r["seed"]: r for r in groups.get((BASELINE, beta), [])}
         seeds = [r["seed"] for r in runs]
-        if not runs[0]["rounds"] or not all(seed in baseline_by_seed for seed in seeds):
+        baseline = fedavg_runs_at(groups, beta, seeds)
+        if not runs[0]["rounds"] or baseline is None:
             continue
-        baseline = [baseline_by_seed[seed] for seed in seeds]
         target = final_accuracy(baseline)[0]
         baseline_curve = mean_curve([curve(r) for r in baseline])
         first_reach = rounds_to_target(baseline_curve, target)
@@ -99,6 +103,7 @@ def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dic
             "target": target,
             "seeds": seeds,
             "rounds": rounds,
+            "fedavg_first_reach": first_reach,
             "speedup": 1.0 if variant == BASELINE else speedup(len(baseline_curve), rounds),
             "speedup_first_reach": speedup(first_reach, rounds),
             "total_rounds": len(runs[0]["rounds"]),
@@ -106,11 +111,29 @@ def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dic
     return result
 
 
+def unpaired_groups(groups: "OrderedDict[Group, List[Dict]]") -> List[str]:
+    """The groups with rounds left out of :func:`target_analysis` because FedAvg lacks one of their seeds, as
+    "label (β = b, seeds s1, s2)"."""
+    return [
+        f"{runs[0]['label']} (β = {beta:g}, {seeds_label(runs)})"
+        for (variant, beta), runs in groups.items()
+        if runs[0]["rounds"] and fedavg_runs_at(groups, beta, [r["seed"] for r in runs]) is None
+    ]
+
+
 # ---- formatting ---------------------------------------------------------------------------------------------------
 
 
 def percent(value: float) -> str:
     return f"{100 * value:.2f}"
+
+
+def seeds_cell(runs: Sequence[Dict]) -> str:
+    return ", ".join(str(r["seed"]) for r in runs)
+
+
+def seeds_label(runs: Sequence[Dict]) -> str:
+    return f"seed {runs[0]['seed']}" if len(runs) == 1 else f"seeds {seeds_cell(runs)}"
 
 
 def percent_mean_std(values: Sequence[float]) -> str:
@@ -141,33 +164,37 @@ def final_accuracy_rows(groups: "OrderedDict[Group, List[Dict]]", dataset: str) 
         accuracy = percent_mean_std([r["final_accuracy"] for r in runs])
         if len(runs) == 1 and "final_accuracy_std_over_sites" in runs[0]:
             accuracy += f" ± {percent(runs[0]['final_accuracy_std_over_sites'])} (over sites)"
-        seeds = ", ".join(str(r["seed"]) for r in runs)
+        seeds = seeds_cell(runs)
         top1 = _published_cell(runs[0]["method"], dataset, "top1", beta)
         rows.append([runs[0]["label"], f"{beta:g}", seeds, accuracy, top1])
     return rows
 
 
 def rounds_to_target_rows(groups: "OrderedDict[Group, List[Dict]]", dataset: str) -> List[List[str]]:
-    """Table 2: method, β, seeds, target (FedAvg's final % at those seeds), rounds to reach it (of the total), the
-    speed-up as the paper counts it, the speed-up against FedAvg's first reach (see :func:`target_analysis`), and the
-    published speed-up."""
+    """Table 2: method, β, seeds, target (FedAvg's final % at those seeds), rounds to reach it (of the total), the round
+    at which FedAvg's own curve first reaches it, the speed-up as the paper counts it, the speed-up against FedAvg's
+    first reach (see :func:`target_analysis`), and the published speed-up."""
     rows = []
     for (variant, beta), t in target_analysis(groups).items():
         runs = groups[(variant, beta)]
-        reached = "not reached" if t["rounds"] is None else str(t["rounds"])
         rows.append(
             [
                 runs[0]["label"],
                 f"{beta:g}",
-                ", ".join(str(seed) for seed in t["seeds"]),
+                seeds_cell(runs),
                 percent(t["target"]),
-                f"{reached} / {t['total_rounds']}",
+                f"{_round_or_not(t['rounds'])} / {t['total_rounds']}",
+                _round_or_not(t["fedavg_first_reach"]),
                 _times(t["speedup"]),
                 _times(t["speedup_first_reach"]),
                 _published_cell(runs[0]["method"], dataset, "speedup", beta, "×"),
             ]
         )
     return rows
+
+
+def _round_or_not(rounds: Optional[int]) -> str:
+    return "not reached" if rounds is None else str(rounds)
 
 
 def _times(ratio: Optional[float]) -> str:
@@ -205,7 +232,7 @@ def local_figure_rows(groups: "OrderedDict[Group, List[Dict]]") -> List[List[str
             [
                 runs[0]["label"],
                 f"{beta:g}",
-                ", ".join(str(r["seed"]) for r in runs),
+                seeds_cell(runs),
                 percent_mean_std([s["accuracy"]["mean"] for s in spreads]),
                 percent_mean_std([s["accuracy"]["worst"] for s in spreads]),
                 percent_mean_std([s["accuracy"]["std"] for s in spreads]),

@@ -112,12 +112,13 @@ def target_analysis(groups: "OrderedDict[Group, List[Dict]]") -> Dict[Group, Dic
 
 
 def unpaired_groups(groups: "OrderedDict[Group, List[Dict]]") -> List[str]:
-    """The groups with rounds left out of :func:`target_analysis` because FedAvg lacks one of their seeds, as
+    """The groups with rounds that :func:`target_analysis` leaves out (FedAvg lacks one of their seeds), as
     "label (β = b, seeds s1, s2)"."""
+    analysed = target_analysis(groups)
     return [
         f"{runs[0]['label']} (β = {beta:g}, {seeds_label(runs)})"
         for (variant, beta), runs in groups.items()
-        if runs[0]["rounds"] and fedavg_runs_at(groups, beta, [r["seed"] for r in runs]) is None
+        if runs[0]["rounds"] and (variant, beta) not in analysed
     ]
 
 

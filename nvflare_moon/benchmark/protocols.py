@@ -134,9 +134,10 @@ PROTOCOLS: Dict[str, Protocol] = {
         name="paper",
         description="The MOON paper's CIFAR-10 settings: 10 sites, β = 0.5, E = 10, 100 rounds, simple-CNN; SOLO 300 "
         "epochs. Every method at seed 0; the paper's Table 1 methods (MOON and the baselines) also at seeds 1 and 2, "
-        "as the paper reports 3 trials. Meant for a GPU (device 'auto' puts every site and its data on it).",
+        "as the paper reports 3 trials; SCAFFOLD with momentum 0 (NIID-Bench's default) at seed 0 as a second "
+        "reading. Meant for a GPU (device 'auto' puts every site and its data on it).",
         settings=Settings(solo_epochs=300),
-        variants=tuple(Variant(m) for m in ALL_METHODS),
+        variants=tuple(Variant(m) for m in ALL_METHODS + ("scaffold_momentum0",)),
         extra_seeds=tuple((m, (1, 2)) for m in ("fedavg", "fedprox", "scaffold", "solo", "moon")),
     ),
     "heterogeneity": Protocol(

@@ -1,6 +1,7 @@
 """What our recipes share about the sites' apps. ``set_per_site_config``: one client app per named site, differing only in the keys a site may set
 (where its data is, what it computes on), every other key refused so that nothing is silently ignored."""
 
+import logging
 import os
 import shutil
 import tempfile
@@ -8,6 +9,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from nvflare.apis.job_def import ALL_SITES, SERVER_SITE_NAME
 from nvflare.job_config.api import FedJob
+from nvflare.recipe import SimEnv
+from nvflare.recipe.spec import ExecEnv
+
+from .ops.allow_list import allow_plugin
+
+_LOG = logging.getLogger(__name__)
 
 _BYOC_README = os.path.join(os.path.dirname(__file__), "job_custom", "README.md")
 
@@ -68,3 +75,27 @@ def byoc_marker() -> str:
     os.makedirs(folder, exist_ok=True)
     shutil.copy(_BYOC_README, os.path.join(folder, "README.md"))
     return os.path.join(folder, "README.md")
+
+
+def allow_plugin_in_simulation(env: ExecEnv, job_name: str, byoc: bool) -> None:
+    """A ``byoc=False`` job run in ``SimEnv``: put the plugin on the simulated participants' allow-list (the
+    workspace's ``local/resources.json``), as each site's IT does for a real federation. Without it the simulator
+    refuses the job (``ComponentNotAuthorized``), exit 2."""
+    if byoc or not isinstance(env, SimEnv):
+        return
+    local = os.path.join(env.workspace_root, job_name, "local")
+    if allow_plugin(local, server=True):
+        _LOG.info(f"byoc=False in SimEnv: {local}/resources.json allow-lists the plugin, as the sites' IT would")
+
+
+def note_exported_without_custom(job_dir: str, job_name: str, byoc: bool) -> None:
+    """Say, at export, what a ``byoc=False`` job needs wherever it runs, since NVFlare's refusal does not."""
+    if byoc:
+        return
+    _LOG.warning(
+        f"{os.path.join(job_dir, job_name)} has no custom/ folder (byoc=False): NVFlare refuses its nvflare_moon "
+        "classes ('not in allow_list') until every participant allow-lists the plugin. Sites and server: python -m "
+        "nvflare_moon.ops.allow_list <startup kit> (docs/deployment.md); nvflare simulator: python -m "
+        "nvflare_moon.ops.allow_list --simulator <its -w folder>, once; recipe.execute(SimEnv(...)) does it itself. "
+        "Or export with byoc=True"
+    )

@@ -34,6 +34,7 @@ from .site_images import write_image_folder
 
 CLASSES = ("a", "b", "c")
 SITE_DATA = {"class_names": list(CLASSES), "image_size": 16, "channels": 1}
+READ = SiteDataSettings("image_folder", CLASSES, channels=1)  # how the reports' files were read
 
 
 def decoded(kept, unreadable=(), channels=None, sizes=None) -> DecodedImages:
@@ -66,7 +67,7 @@ def test_suppress_hides_counts_between_zero_and_the_threshold():
 def test_a_report_counts_the_readable_images_per_class_and_split_and_hides_small_cells():
     # training file 2 (an "a") does not decode: 6 a and 3 b train, 2 a and 5 b test; sizes of the 16 readable files
     images = decoded([0, 1, *range(3, 17)], unreadable=["train/a/2.png"], sizes={"20x24": 10, "512x512": 4, "9x9": 2})
-    report = site_report(site_files(), images, min_count=5, max_unreadable=0)
+    report = site_report(site_files(), images, READ, min_count=5)
     assert report == {
         "min_count": 5,
         "train": {"a": 6, "b": "<5", "c": 0},
@@ -74,22 +75,32 @@ def test_a_report_counts_the_readable_images_per_class_and_split_and_hides_small
         "classes_absent": ["c"],
         "unreadable": "<5",
         "channels": {"grayscale": 16, "colour": 0},
+        "converted": 0,
         "sizes": {"20x24": 10, "other": 6},  # 512x512 (4) and 9x9 (2) are each held by fewer than 5
         "problems": ["<5 image file(s) cannot be decoded, more than max_unreadable=0 (the site's log names them)"],
+        "notes": [],
     }
-    assert site_report(site_files(), images, min_count=5, max_unreadable=1)["problems"] == []
+    tolerant = SiteDataSettings("image_folder", CLASSES, channels=1, max_unreadable=1)
+    assert site_report(site_files(), images, tolerant, min_count=5)["problems"] == []
     json.dumps(report)  # plain values only
 
 
-def test_a_site_without_a_test_split_reports_none_and_mixed_channels_are_a_problem():
-    files = SiteFiles("/site", CLASSES, ("/s/0.png", "/s/1.png"), (2, 2))
-    report = site_report(files, decoded([0, 1], channels={"1": 1, "3": 1}), min_count=1)
-    assert report["test"] is None and report["train"] == {"a": 0, "b": 0, "c": 2}
-    assert report["classes_absent"] == ["a", "b"] and report["channels"] == {"grayscale": 1, "colour": 1}
-    assert report["problems"] == [
-        "the images mix grayscale and colour files; one site's images must be all of one kind"
+def test_a_site_without_a_test_split_reports_none_and_mixed_channels_are_converted_and_counted():
+    files = SiteFiles("/site", CLASSES, tuple(f"/s/{i}.png" for i in range(7)), (2,) * 7)
+    mixed = decoded(range(7), channels={"1": 6, "3": 1})
+    report = site_report(files, mixed, READ, min_count=1)
+    assert report["test"] is None and report["train"] == {"a": 0, "b": 0, "c": 7}
+    assert report["classes_absent"] == ["a", "b"] and report["channels"] == {"grayscale": 6, "colour": 1}
+    assert report["converted"] == 1 and report["problems"] == []  # the colour file, to channels=1
+    as_rgb = site_report(files, mixed, SiteDataSettings("image_folder", CLASSES, channels=3), min_count=1)
+    assert as_rgb["converted"] == 6  # the grayscale ones, replicated
+    assert site_report(files, mixed, READ, min_count=5)["converted"] == "<5"  # suppressed like every count
+    strict = SiteDataSettings("image_folder", CLASSES, channels=1, strict_channels=True)
+    assert site_report(files, mixed, strict, min_count=1)["problems"] == [
+        "the images mix grayscale and colour files, which strict_channels=True refuses"
     ]
-    nothing = site_report(files, decoded([], unreadable=["0.png", "1.png"]), min_count=1, max_unreadable=5)
+    tolerant = SiteDataSettings("image_folder", CLASSES, max_unreadable=5)
+    nothing = site_report(files, decoded([], unreadable=["0.png", "1.png"]), tolerant, min_count=1)
     assert nothing["problems"] == ["no training image can be decoded"] and nothing["sizes"] == {}
 
 
@@ -121,7 +132,7 @@ def test_label_distribution_by_hand():
 
 
 def test_summarize_lists_every_site_and_the_failed_ones():
-    ok = site_report(site_files(), decoded(range(17)), min_count=5)
+    ok = site_report(site_files(), decoded(range(17)), READ, min_count=5)
     bad = {**ok, "problems": ["p1", "p2"]}
     summary = summarize({"s2": {"error": "class folder <data_root>/train/x is not in ..."}, "s3": bad, "s1": ok})
     assert list(summary["sites"]) == ["s1", "s2", "s3"] and summary["class_names"] == list(CLASSES)
@@ -135,7 +146,7 @@ def test_summarize_lists_every_site_and_the_failed_ones():
 
 
 def test_reports_of_other_classes_are_refused_by_site():
-    ok = site_report(site_files(), decoded(range(17)), min_count=5)
+    ok = site_report(site_files(), decoded(range(17)), READ, min_count=5)
     other = {**ok, "train": {"x": 1, "y": 2, "z": 3}}
     with pytest.raises(ValueError, match=r"s2 reported the classes \['x', 'y', 'z'\]"):
         summarize({"s1": ok, "s2": other})

@@ -1,6 +1,8 @@
 """The data check in the real simulator: two hospitals report counts of their own image folders (one lacks a class,
-one has a class of 3 images, shown as "<5"); the server writes the table and the plot, and the job exits 0. A site with
-a class folder outside class_names fails the job, named, with the folder's name and none of its path in the table."""
+one has a class of 3 images, shown as "<5"; one keeps a class's images in per-patient subfolders, with two colour files
+among grayscale ones, converted and counted; one has a val/ beside its test/, named as not read); the server writes
+the table and the plot, and the job exits 0. A site with a class folder outside class_names fails the job, named,
+with the folder's name and none of its path in the table."""
 
 import json
 import re
@@ -12,7 +14,7 @@ from nvflare_moon.data.site_data import SiteDataSettings, list_and_decode
 from nvflare_moon.data_check_recipe import DataCheckRecipe
 
 from .conftest import run_simulator
-from .site_images import write_image_folder
+from .site_images import write_image_folder, write_split
 
 pytestmark = pytest.mark.e2e
 CLASSES = ["normal", "pneumonia", "covid"]
@@ -33,13 +35,19 @@ def hospital_one(root):
     return write_image_folder(root / "radiology" / "export", CLASSES, train, test, mode="L")
 
 
+def hospital_two(root):
+    """As PACS exports by patient: 10 normal (8 grayscale, 2 colour in a subfolder) and 20 pneumonia in two patients'
+    folders; no test split; no covid."""
+    write_split(root / "train", {"normal": (0, 8)}, mode="L", seed=5)
+    write_split(root / "train" / "normal", {"colour": (0, 2)}, mode="RGB", seed=6)
+    for patient in ("patient_000", "patient_001"):
+        write_split(root / "train" / "pneumonia" / patient, {"study": (1, 10)}, mode="L", seed=7)
+    return root
+
+
 def test_two_hospitals_report_their_counts_and_the_server_writes_the_table_and_plot(tmp_path):
-    folders = {
-        "hospital-1": hospital_one(tmp_path / "data"),
-        "hospital-2": write_image_folder(
-            tmp_path / "data" / "pacs", CLASSES, {"normal": 10, "pneumonia": 20}, mode="L", seed=5
-        ),
-    }
+    folders = {"hospital-1": hospital_one(tmp_path / "data"), "hospital-2": hospital_two(tmp_path / "data" / "pacs")}
+    write_split(folders["hospital-1"] / "val", {"normal": (0, 2)}, mode="L")
     run = run_data_check(tmp_path, folders, "")
     assert run.returncode == 0, run.output[-3000:]
     text = (run.server_dir() / "data_summary.json").read_text()
@@ -52,8 +60,13 @@ def test_two_hospitals_report_their_counts_and_the_server_writes_the_table_and_p
             "classes_absent": [],
             "unreadable": 0,
             "channels": {"grayscale": 34, "colour": 0},
+            "converted": 0,
             "sizes": {"20x24": 34},
             "problems": [],
+            "notes": [
+                "<data_root>/val/ is not read: <data_root>/test/ is the held-out split (merge val/ into train/ or "
+                "test/ to use it)"
+            ],
         },
         "hospital-2": {
             "min_count": 5,
@@ -61,9 +74,11 @@ def test_two_hospitals_report_their_counts_and_the_server_writes_the_table_and_p
             "test": None,
             "classes_absent": ["covid"],
             "unreadable": 0,
-            "channels": {"grayscale": 30, "colour": 0},
+            "channels": {"grayscale": 28, "colour": "<5"},
+            "converted": "<5",
             "sizes": {"20x24": 30},
             "problems": [],
+            "notes": [],
         },
     }
     # counted training images: hospital-1 (12, 8, 0) of 20 (its 3 covid hidden), hospital-2 (10, 20, 0) of 30;

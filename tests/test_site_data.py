@@ -19,7 +19,7 @@ from nvflare_moon.data.site_files import SITE_DATA_ENV, SiteDataError, list_site
 from nvflare_moon.models import Network
 
 from .executor_harness import run_task, site_context, started
-from .site_images import write_datalist, write_image_folder
+from .site_images import write_datalist, write_image_folder, write_split
 
 CLASSES = ("normal", "pneumonia", "covid")
 
@@ -173,11 +173,52 @@ def test_unreadable_files_stop_the_site_unless_skipping_is_allowed(tmp_path):
     assert data.decoded.unreadable[0][0] == os.path.join("train", "covid", "0001.png")
 
 
-def test_grayscale_mixed_with_colour_is_refused(tmp_path):
+def test_colour_files_among_grayscale_ones_are_converted_unless_strict(tmp_path, caplog):
     write_image_folder(tmp_path, CLASSES, {"normal": 2}, mode="L")
     write_image_folder(tmp_path, CLASSES, {"covid": 1}, mode="RGB")
-    with pytest.raises(SiteDataError, match=r"mix grayscale and colour files \(2 grayscale, 1 colour\)"):
-        load_site_data(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    with caplog.at_level("WARNING"):
+        data = load_site_data(settings(channels=1, val_fraction=0), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert data.images.images.shape == (3, 1, 16, 16) and data.images.labels.tolist() == [2, 0, 0]
+    assert "mix grayscale and colour files (2 grayscale, 1 colour); 1 converted to channels=1" in caplog.text
+    # the colour file's pixels are PIL's luminance of it, resized as every image is
+    expected = Image.open(tmp_path / "train" / "covid" / "0000.png").convert("L").resize((16, 16), Image.BILINEAR)
+    assert np.array_equal(data.images.images[0, 0].numpy(), np.asarray(expected))
+    with pytest.raises(SiteDataError, match=r"mix grayscale and colour files \(2 grayscale, 1 colour\) and strict_ch"):
+        load_site_data(settings(channels=1, strict_channels=True), str(tmp_path), "site-1", str(tmp_path / "ws"))
+
+
+def test_images_in_subfolders_of_a_class_folder_are_read_and_a_link_loop_is_not_followed(tmp_path):
+    # as PACS exports by patient: train/<class>/<patient>/<image>, beside images in the class folder itself
+    write_image_folder(tmp_path, CLASSES, {"normal": 1})
+    for patient, n in (("patient_002", 2), ("patient_001", 1)):
+        write_split(tmp_path / "train" / "pneumonia" / patient / "study", {"series": (1, n)})
+    write_split(tmp_path / "train" / "pneumonia" / ".thumbnails", {"x": (1, 3)})  # hidden: not an image folder
+    os.symlink(tmp_path / "train", tmp_path / "train" / "pneumonia" / "patient_001" / "up")  # a loop back up
+    files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
+    relative = [os.path.relpath(p, tmp_path / "train") for p in files.train_paths]
+    assert relative == [
+        "normal/0000.png",
+        "pneumonia/patient_001/study/series/0000.png",
+        "pneumonia/patient_002/study/series/0000.png",
+        "pneumonia/patient_002/study/series/0001.png",
+    ]
+    assert files.train_labels == (0, 1, 1, 1)
+    (tmp_path / "train" / "covid" / "empty" / "deeper").mkdir(parents=True)
+    with pytest.raises(SiteDataError, match="covid holds no images, nor do its subfolders"):
+        list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
+
+
+def test_val_is_the_held_out_split_without_test_and_named_as_unread_beside_it(tmp_path, caplog):
+    write_image_folder(tmp_path, CLASSES, {"normal": 3, "covid": 3})
+    write_split(tmp_path / "val", {"normal": (0, 2)})
+    data = load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert len(data.train_index) == 6 and data.images.labels[data.test_index].tolist() == [0, 0]
+    assert data.held_out == "its val split (2 images)"
+    write_split(tmp_path / "test", {"covid": (2, 1)})
+    with caplog.at_level("WARNING"):
+        data = load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert data.held_out == "its test split (1 images)" and data.images.labels[data.test_index].tolist() == [2]
+    assert f"{tmp_path}/val/ is not read: {tmp_path}/test/ is the held-out split" in caplog.text
 
 
 # ---- the held-out split and the batches -----------------------------------------------------------------------------

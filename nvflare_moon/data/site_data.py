@@ -6,14 +6,17 @@ uint8 copy (:mod:`.image_cache`), and split into training and held-out rows.
     loader = TensorBatchLoader(data.images, 32, settings.train_transform(), shuffle=True, drop_last=True,
                                indices=data.train_index)
 
-The held-out rows are the site's ``test/`` split (or the datalist's ``validation`` rows) when it has one, else a
-seeded, class-stratified ``val_fraction`` of its training files. Each site uses all of its own data: there is no
-partition.
+The held-out rows are the site's ``test/`` split (else its ``val/``, or the datalist's ``validation`` rows) when it
+has one, else a seeded, class-stratified ``val_fraction`` of its training files. Each site uses all of its own data:
+there is no partition.
+
+Every file is converted to the job's ``channels`` (a colour file to grayscale with ``channels=1``, a grayscale one
+replicated with ``3``); where a site's files mix the two kinds, the conversions are logged and counted in the data
+check, or refused with ``strict_channels=True``.
 
 Bad input is refused with the file or setting named (:class:`SiteDataError`): a class outside ``class_names``, an
-empty class folder, a manifest row pointing nowhere, grayscale and colour files mixed in one site, and more than
-``max_unreadable`` files that cannot be decoded (default 0: any unreadable file stops the job; above 0, up to that
-many are skipped with a warning naming each).
+empty class folder, a manifest row pointing nowhere, and more than ``max_unreadable`` files that cannot be decoded
+(default 0: any unreadable file stops the job; above 0, up to that many are skipped with a warning naming each).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class SiteDataSettings:
         max_unreadable: files that cannot be decoded are skipped, with a warning, up to this many; more stop the job.
         augment: random crop (padding ``image_size // 8``) and horizontal flip in training; False for none (e.g.
             where left and right differ, as on chest X-rays).
+        strict_channels: refuse a site whose files mix grayscale and colour, instead of converting the odd ones.
         seed: seed of the held-out draw.
     """
 
@@ -64,6 +68,7 @@ class SiteDataSettings:
     val_fraction: float = 0.1
     max_unreadable: int = 0
     augment: bool = True
+    strict_channels: bool = False
     seed: int = 0
 
     def __post_init__(self):
@@ -80,6 +85,7 @@ class SiteDataSettings:
             raise ValueError(f"val_fraction must be below 1 (a share of the training files), got {self.val_fraction}")
         check_number("max_unreadable", self.max_unreadable, low=0, integer=True)
         check_flag("augment", self.augment)
+        check_flag("strict_channels", self.strict_channels)
         check_number("seed", self.seed, low=0, integer=True)
 
     def normalization(self) -> tuple[tuple, tuple]:
@@ -123,12 +129,14 @@ def list_and_decode(settings: SiteDataSettings, root: str, site: str, workspace_
 def load_site_data(settings: SiteDataSettings, root: str, site: str, workspace_root: str) -> SiteData:
     """The site's data under ``root``, checked, decoded (once per machine) and split; raises SiteDataError."""
     files, decoded = list_and_decode(settings, root, site, workspace_root)
-    check_decoded(decoded, settings.max_unreadable, site)
+    check_decoded(decoded, settings, site)
+    for note in files.notes:
+        _LOG.warning(f"{site}: {note}")
     labels = np.asarray(files.train_labels + files.test_labels, dtype=np.int64)[decoded.kept]
     is_train = decoded.kept < len(files.train_paths)
     if files.test_paths:
         train_index, test_index = np.flatnonzero(is_train), np.flatnonzero(~is_train)
-        held_out = f"its test split ({len(test_index)} images)"
+        held_out = f"its {files.test_split} split ({len(test_index)} images)"
     else:
         train_index, test_index = stratified_holdout(labels, settings.val_fraction, settings.seed)
         held_out = f"val_fraction={settings.val_fraction} of its training images ({len(test_index)})"
@@ -136,9 +144,21 @@ def load_site_data(settings: SiteDataSettings, root: str, site: str, workspace_r
     return SiteData(images, train_index, test_index, settings.class_names, held_out, decoded)
 
 
-def check_decoded(decoded: DecodedImages, max_unreadable: int, site: str) -> None:
-    """Refuse more than ``max_unreadable`` undecodable files, and grayscale mixed with colour; warn for the rest."""
-    bad = decoded.unreadable
+def channel_conversions(decoded: DecodedImages, channels: int) -> int:
+    """How many readable files were converted to ``channels``: the colour ones for 1, the grayscale ones for 3."""
+    return decoded.source_channels.get("3" if channels == 1 else "1", 0)
+
+
+def describe_channels(decoded: DecodedImages) -> str:
+    """``"1200 grayscale, 3 colour"``: the source files of each kind."""
+    kinds = sorted(decoded.source_channels.items())
+    return ", ".join(f"{n} {'grayscale' if c == '1' else 'colour'}" for c, n in kinds)
+
+
+def check_decoded(decoded: DecodedImages, settings: SiteDataSettings, site: str) -> None:
+    """Refuse more than ``max_unreadable`` undecodable files, and (``strict_channels``) grayscale mixed with colour;
+    warn for the rest."""
+    max_unreadable, bad = settings.max_unreadable, decoded.unreadable
     listed = "; ".join(f"{path} ({why})" for path, why in bad[:5]) + (
         f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
     )
@@ -151,14 +171,19 @@ def check_decoded(decoded: DecodedImages, max_unreadable: int, site: str) -> Non
         _LOG.warning(
             f"{site}: skipping {len(bad)} unreadable image file(s) (max_unreadable={max_unreadable}): {listed}"
         )
-    if len(decoded.source_channels) > 1:
-        counts = ", ".join(
-            f"{n} {'grayscale' if c == '1' else 'colour'}" for c, n in sorted(decoded.source_channels.items())
-        )
+    if len(decoded.source_channels) < 2:
+        return
+    if settings.strict_channels:
         raise SiteDataError(
-            f"{site}: the images mix grayscale and colour files ({counts}); one site's images must be all of one "
-            "kind: convert the odd ones, or check that they belong to this dataset"
+            f"{site}: the images mix grayscale and colour files ({describe_channels(decoded)}) and "
+            "strict_channels=True; convert the odd ones, check that they belong to this dataset, or set "
+            "strict_channels=False to convert them to the job's channels"
         )
+    _LOG.warning(
+        f"{site}: the images mix grayscale and colour files ({describe_channels(decoded)}); "
+        f"{channel_conversions(decoded, settings.channels)} converted to channels={settings.channels} "
+        "(strict_channels=True refuses such a site)"
+    )
 
 
 def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

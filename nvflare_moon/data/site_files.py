@@ -2,8 +2,11 @@
 
 Two layouts, both read on the site (nothing here runs on the submitter's machine):
 
-- ``"image_folder"``: ``<root>/train/<class>/<image>`` and, optionally, ``<root>/test/<class>/<image>``
-  (torchvision's ``ImageFolder`` layout and extensions). Files with other extensions are ignored, as ImageFolder does.
+- ``"image_folder"``: ``<root>/train/<class>/<image>`` and, optionally, a held-out split ``<root>/test/<class>/...``
+  (or ``<root>/val/<class>/...`` where there is no ``test/``): torchvision's ``ImageFolder`` layout and extensions.
+  As ImageFolder does, the images of a class are found in its folder's subfolders too
+  (``train/pneumonia/patient_001/img.png``, as PACS exports by patient; symbolic links followed, each folder read
+  once, so a link back up the tree cannot loop), and files with other extensions are ignored.
 - ``"datalist"``: a manifest of ``(image, label)`` rows, paths relative to the manifest's folder:
   JSON ``{"training": [{"image": "a.png", "label": "pneumonia"}, ...], "validation": [...]}`` (NVFlare's medical
   examples; ``"train"``/``"test"`` are accepted too), or CSV with the columns ``image,label`` and an optional
@@ -50,6 +53,8 @@ class SiteFiles:
     train_labels: tuple
     test_paths: tuple = ()
     test_labels: tuple = ()
+    test_split: str = ""  # the held-out split's folder or manifest section ("test", "val", "validation"), if any
+    notes: tuple = ()  # what the listing left out that a user may expect to be read, in words
 
 
 def check_class_names(class_names: Sequence[str]) -> tuple:
@@ -103,6 +108,23 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
+def _images_under(class_dir: str) -> list:
+    """Every image file in ``class_dir`` and its subfolders, sorted by path relative to it; hidden files and folders
+    skipped. A folder reached a second time through a symbolic link, or a link to a folder above ``class_dir`` (whose
+    other classes it would read as this one), is not read."""
+    top = os.path.realpath(class_dir)
+    seen, found = set(), []
+    for folder, subfolders, files in os.walk(class_dir, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen or (real != top and os.path.commonpath([real, top]) == real):
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+        found += [os.path.join(folder, f) for f in files if _is_image(f)]
+    return sorted(found, key=lambda path: os.path.relpath(path, class_dir).split(os.sep))
+
+
 def _list_split(folder: str, names: tuple, site: str) -> tuple[list, list]:
     index = {name: k for k, name in enumerate(names)}
     paths, labels = [], []
@@ -115,19 +137,19 @@ def _list_split(folder: str, names: tuple, site: str) -> tuple[list, list]:
                 f"{site}: class folder {class_dir} is not in the job's class_names {list(names)}; rename or remove "
                 "the folder, or add the class to class_names (the same list on every site)"
             )
-        files = sorted(f for f in os.listdir(class_dir) if _is_image(f))
+        files = _images_under(class_dir)
         if not files:
             raise SiteDataError(
-                f"{site}: class folder {class_dir} holds no images (extensions {', '.join(IMAGE_EXTENSIONS)}); "
-                "remove the empty folder, or put its images there"
+                f"{site}: class folder {class_dir} holds no images, nor do its subfolders (extensions "
+                f"{', '.join(IMAGE_EXTENSIONS)}); remove the empty folder, or put its images there"
             )
-        paths += [os.path.join(class_dir, f) for f in files]
+        paths += files
         labels += [index[entry]] * len(files)
     return paths, labels
 
 
 def _list_image_folder(root: str, names: tuple, site: str) -> SiteFiles:
-    train_dir, test_dir = os.path.join(root, "train"), os.path.join(root, "test")
+    train_dir = os.path.join(root, "train")
     if not os.path.isdir(train_dir):
         found = "does not exist" if not os.path.exists(root) else "has no train/ folder"
         raise SiteDataError(
@@ -137,8 +159,15 @@ def _list_image_folder(root: str, names: tuple, site: str) -> SiteFiles:
     train = _list_split(train_dir, names, site)
     if not train[0]:
         raise SiteDataError(f"{site}: {train_dir} holds no class folders with images (expected train/<class>/<image>)")
-    test = _list_split(test_dir, names, site) if os.path.isdir(test_dir) else ([], [])
-    return SiteFiles(root, names, tuple(train[0]), tuple(train[1]), tuple(test[0]), tuple(test[1]))
+    held_out = [split for split in ("test", "val") if os.path.isdir(os.path.join(root, split))]
+    notes = ()
+    if len(held_out) == 2:
+        notes = (
+            f"{root}/val/ is not read: {root}/test/ is the held-out split (merge val/ into train/ or test/ to use it)",
+        )
+    test = _list_split(os.path.join(root, held_out[0]), names, site) if held_out else ([], [])
+    split = held_out[0] if held_out else ""
+    return SiteFiles(root, names, tuple(train[0]), tuple(train[1]), tuple(test[0]), tuple(test[1]), split, notes)
 
 
 # ---- datalist -------------------------------------------------------------------------------------------------------
@@ -214,4 +243,4 @@ def _list_datalist(root: str, names: tuple, site: str) -> SiteFiles:
         out[split] = (tuple(paths), tuple(labels))
     if not out["train"][0]:
         raise SiteDataError(f"{site}: the datalist {manifest} has no training rows")
-    return SiteFiles(manifest, names, *out["train"], *out["test"])
+    return SiteFiles(manifest, names, *out["train"], *out["test"], "validation" if out["test"][0] else "")

@@ -8,10 +8,13 @@ A site's report (:func:`site_report`) counts the images that decode (the ones tr
 - ``classes_absent``: the classes with no training image;
 - ``unreadable``: files that do not decode;
 - ``channels``: ``{"grayscale": count, "colour": count}`` of the source files;
+- ``converted``: the source files converted to the job's ``channels`` (colour ones for 1, grayscale ones for 3);
 - ``sizes``: ``{"WxH": count}`` of the source files before resizing: the :data:`MAX_SIZES` most frequent sizes that at
   least ``min_count`` images have, the rest together as ``"other"``;
 - ``problems``: what would stop training on this data (undecodable files above ``max_unreadable``, grayscale mixed
-  with colour, no training image), in words without file names;
+  with colour under ``strict_channels``, no training image), in words without file names;
+- ``notes``: what the listing did not read that a user may expect it to (a ``val/`` beside ``test/``), paths
+  replaced by placeholders;
 - ``min_count``: the suppression threshold below.
 
 Every count ``n`` with ``0 < n < min_count`` leaves the site as the string ``"<k"`` (``k = min_count``), zeros and
@@ -35,6 +38,7 @@ from typing import Dict, Mapping, Optional, Union
 import numpy as np
 
 from .image_cache import DecodedImages
+from .site_data import SiteDataSettings, channel_conversions
 from .site_files import SiteFiles
 
 DATA_CHECK_TASK = "data_check"  # the task the server sends and the sites answer
@@ -55,8 +59,9 @@ def exact(count: Count) -> int:
     return count if isinstance(count, int) else 0
 
 
-def site_report(files: SiteFiles, decoded: DecodedImages, min_count: int = 5, max_unreadable: int = 0) -> dict:
-    """The site's report (see the module's docstring): counts of ``decoded``'s readable images of ``files``."""
+def site_report(files: SiteFiles, decoded: DecodedImages, settings: SiteDataSettings, min_count: int = 5) -> dict:
+    """The site's report (see the module's docstring): counts of ``decoded``'s readable images of ``files``, read
+    with ``settings``."""
     names = files.class_names
     labels = np.asarray(files.train_labels + files.test_labels, dtype=np.int64)[decoded.kept]
     is_train = decoded.kept < len(files.train_paths)
@@ -65,13 +70,13 @@ def site_report(files: SiteFiles, decoded: DecodedImages, min_count: int = 5, ma
     unreadable = len(decoded.unreadable)
     channels = {"grayscale": decoded.source_channels.get("1", 0), "colour": decoded.source_channels.get("3", 0)}
     problems = []
-    if unreadable > max_unreadable:
+    if unreadable > settings.max_unreadable:
         problems.append(
             f"{suppress(unreadable, min_count)} image file(s) cannot be decoded, more than "
-            f"max_unreadable={max_unreadable} (the site's log names them)"
+            f"max_unreadable={settings.max_unreadable} (the site's log names them)"
         )
-    if channels["grayscale"] and channels["colour"]:
-        problems.append("the images mix grayscale and colour files; one site's images must be all of one kind")
+    if channels["grayscale"] and channels["colour"] and settings.strict_channels:
+        problems.append("the images mix grayscale and colour files, which strict_channels=True refuses")
     if not train.any():
         problems.append("no training image can be decoded")
     return {
@@ -81,8 +86,10 @@ def site_report(files: SiteFiles, decoded: DecodedImages, min_count: int = 5, ma
         "classes_absent": [name for name, n in zip(names, train) if n == 0],
         "unreadable": suppress(unreadable, min_count),
         "channels": {kind: suppress(n, min_count) for kind, n in channels.items()},
+        "converted": suppress(channel_conversions(decoded, settings.channels), min_count),
         "sizes": size_counts(decoded.sizes, min_count),
         "problems": problems,
+        "notes": [redact_paths(note, {files.root: "<data_root>"}) for note in files.notes],
     }
 
 

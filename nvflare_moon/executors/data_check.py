@@ -81,13 +81,16 @@ class DataCheckExecutor(Executor):
             return {"error": self._redacted(message, root, workspace_root)}
         for path, why in decoded.unreadable:
             self.log_warning(fl_ctx, f"{site}: {path} cannot be decoded ({why})")
-        report = site_report(files, decoded, self.min_count, self._settings.max_unreadable)
+        report = site_report(files, decoded, self._settings, self.min_count)
         self.log_info(
             fl_ctx,
             f"{site}: data check of {root}: training images {report['train']}, test images {report['test']}, "
             f"classes absent {report['classes_absent']}, unreadable {report['unreadable']}, channels "
-            f"{report['channels']}, sizes {report['sizes']}" + "".join(f"; PROBLEM: {p}" for p in report["problems"]),
+            f"{report['channels']} ({report['converted']} converted to channels={self._settings.channels}), sizes "
+            f"{report['sizes']}" + "".join(f"; PROBLEM: {p}" for p in report["problems"]),
         )
+        for note in files.notes:
+            self.log_warning(fl_ctx, f"{site}: {note}")
         return report
 
     @staticmethod

@@ -235,9 +235,14 @@ class FedAvgExecutor(Executor):
             check_num_classes(self.model, self._data.num_classes, self.dataset)
         self._num_samples = self._data.num_samples
         if self._num_samples < self.batch_size:
+            fix = (
+                "or add images (val_fraction holds out a share of them where the site has no test split)"
+                if self.dataset in SITE_DATASETS
+                else "or split the data over fewer sites (num_sites)"
+            )
             raise ValueError(
-                f"site {site} has {self._num_samples} samples, fewer than batch_size={self.batch_size}; "
-                "lower batch_size, or split the data over fewer sites (num_sites)"
+                f"site {site} has {self._num_samples} training samples, fewer than batch_size={self.batch_size}; "
+                f"lower batch_size, {fix}"
             )
         self._net = self.model.to(self._torch_device)
         self.log_info(

@@ -16,11 +16,17 @@ site's images is then the one training maps, so training starts without decoding
 from typing import Any, Dict, Optional
 
 from nvflare.job_config.api import FedJob
-from nvflare.recipe.spec import Recipe
+from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..data.site_report import DATA_CHECK_TASK
 from ..executors.data_check import DataCheckExecutor
-from ..recipe_sites import add_client_apps, byoc_marker, check_per_site_config
+from ..recipe_sites import (
+    add_client_apps,
+    allow_plugin_in_simulation,
+    byoc_marker,
+    check_per_site_config,
+    note_exported_without_custom,
+)
 from ..server import DataCheckController
 from ..validation import check_flag, check_number
 
@@ -74,6 +80,15 @@ class DataCheckRecipe(Recipe):
         if byoc:
             job.to_server(byoc_marker())
         super().__init__(job)
+
+    def process_env(self, env: ExecEnv) -> None:
+        """In ``SimEnv``, a ``byoc=False`` job's participants allow-list the plugin, as real sites do."""
+        super().process_env(env)
+        allow_plugin_in_simulation(env, self._job.name, self.byoc)
+
+    def export(self, job_dir: str, *args, **kwargs) -> None:
+        super().export(job_dir, *args, **kwargs)
+        note_exported_without_custom(job_dir, self._job.name, self.byoc)
 
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
         """NVFlare's ``set_per_site_config``: one client app per named site, with its own ``data_root``."""

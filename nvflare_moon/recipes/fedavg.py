@@ -12,7 +12,7 @@ from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.job_config.model import PTModel
 from nvflare.job_config.api import FedJob
 from nvflare.job_config.script_runner import FrameworkType
-from nvflare.recipe.spec import Recipe
+from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..core.sampling import sites_per_round
 from ..data import DATASETS, NUM_CLASSES
@@ -29,7 +29,13 @@ from ..privacy import (
     sends_weight_diff,
     withholds_entries,
 )
-from ..recipe_sites import add_client_apps, byoc_marker, check_per_site_config
+from ..recipe_sites import (
+    add_client_apps,
+    allow_plugin_in_simulation,
+    byoc_marker,
+    check_per_site_config,
+    note_exported_without_custom,
+)
 from ..server import (
     GlobalModelEvaluator,
     RunOutcomeCheck,
@@ -270,6 +276,15 @@ class FedAvgBaselineRecipe(Recipe):
         if self.sample_fraction < 1:
             return SampledFedAvg(sample_fraction=self.sample_fraction, sample_seed=self.seed, **controller_args)
         return FedAvg(**controller_args)
+
+    def process_env(self, env: ExecEnv) -> None:
+        """In ``SimEnv``, a ``byoc=False`` job's participants allow-list the plugin, as real sites do."""
+        super().process_env(env)
+        allow_plugin_in_simulation(env, self._job.name, self.byoc)
+
+    def export(self, job_dir: str, *args, **kwargs) -> None:
+        super().export(job_dir, *args, **kwargs)
+        note_exported_without_custom(job_dir, self._job.name, self.byoc)
 
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
         """NVFlare's ``set_per_site_config``: one client app per named site, with that site's :data:`PER_SITE_KEYS`

@@ -7,7 +7,6 @@ from typing import Dict, Tuple
 
 import numpy as np
 import torch
-
 from nvflare.apis.fl_context import FLContext
 from nvflare.app_opt.pt.quantization.dequantizer import ModelDequantizer
 from nvflare.app_opt.pt.quantization.quantizer import ModelQuantizer

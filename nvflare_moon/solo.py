@@ -23,6 +23,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from .core.objectives import CrossEntropyObjective
+from .core.training import Batch, TrainResult, evaluate, sgd, train_local
 from .data import (
     DATASETS,
     NUM_CLASSES,
@@ -35,8 +37,6 @@ from .data import (
     test_transform,
     train_transform,
 )
-from .core.objectives import CrossEntropyObjective
-from .core.training import Batch, TrainResult, evaluate, sgd, train_local
 from .models import BACKBONES, Network
 from .runtime import resolve_device
 from .validation import check_choice, check_number

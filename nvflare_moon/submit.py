@@ -14,7 +14,7 @@ things NVFlare leaves to the user:
   stays ``RUNNING`` for ever (see ``docs/deployment.md``);
 - the downloaded global model, ``global_metrics.jsonl`` and TensorBoard events are located and checked;
 - a job that failed part-way (a site's job process died) is continued with ``--resume``: from the round after the
-  last one aggregated, with every site's state (:mod:`nvflare_moon.resume`).
+  last one aggregated, with every site's state (:mod:`nvflare_moon.ops.continuation`).
 """
 
 import argparse
@@ -256,7 +256,7 @@ def continue_job(
     download_to: Optional[str] = None,
     poll_interval: float = 2.0,
 ) -> Optional[JobResults]:
-    """Continue a job that failed part-way (see :mod:`nvflare_moon.resume`): download its result into ``work_dir``,
+    """Continue a job that failed part-way (see :mod:`nvflare_moon.ops.continuation`): download its result into ``work_dir``,
     write the continuation job there, and run it as :func:`run_job` does (once: the same continuation again gives the
     job already submitted).
 
@@ -264,7 +264,7 @@ def continue_job(
         ValueError: the job cannot be continued (still running, completed, NVFlare's Scaffold controller, nothing aggregated yet).
         JobFailed, JobLost, TimeoutError: see :func:`run_job`.
     """
-    from .resume import make_continuation_job  # here, not above: it loads torch, and submitting needs none
+    from .ops.continuation import make_continuation_job  # here, not above: it loads torch, and submitting needs none
 
     status = session.get_job_meta(failed_job_id).get("status", "?")
     if status == COMPLETED:
@@ -317,11 +317,14 @@ def main(argv=None) -> int:
         with open(results.data_summary) as f:
             print(f"data summary:     {results.data_summary}\n{format_table(json.load(f))}")
     elif results is not None:
+        from .core.clinical_metrics import CLINICAL_FIGURES  # here: a data check's report needs not load scikit-learn
+
         last = results.metrics()[-1]
         print(f"global model:     {results.global_model}")
         print(f"metrics:          {results.metrics_file} (round {last['round']}: {_headline(last)})")
         for site, metrics in sorted(last.get("site_metrics", {}).items()):
-            print(f"  {site}: " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()) if "accuracy" in k))
+            shown = sorted(k for k in metrics if "accuracy" in k or k in CLINICAL_FIGURES)
+            print(f"  {site}: " + ", ".join(f"{k} {metrics[k]:.4f}" for k in shown))
         print(f"TensorBoard logs: {results.tb_events}  (tensorboard --logdir {results.tb_events})")
     return 0
 

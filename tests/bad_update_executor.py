@@ -9,7 +9,6 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import torch
-
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable

@@ -12,11 +12,11 @@ import json
 import os
 import zlib
 
+import nvflare.client as flare
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import nvflare.client as flare
 from nvflare_moon.client import PTMoonHelper, PTPersistentScaffoldHelper
 
 

@@ -15,7 +15,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SIMULATOR_WORKER = "nvflare.private.fed.app.simulator.simulator_worker"
-WARM_WORKERS = "nvflare_moon.simulator_workers"
+WARM_WORKERS = "nvflare_moon.sim.workers"
 
 
 class SimulatorRun:
@@ -64,8 +64,8 @@ def end_process_tree(pid: int) -> None:
 
 def aggregated_round(workspace: Path):
     """The last round whose global model the simulator run in ``workspace`` has checkpointed; None before the first."""
-    from nvflare_moon.resume import read_checkpoint
-    from nvflare_moon.resume_point import workspace_checkpoint
+    from nvflare_moon.ops.continuation import read_checkpoint
+    from nvflare_moon.ops.resume_point import workspace_checkpoint
 
     try:
         return read_checkpoint(workspace_checkpoint(str(workspace)))[1]["current_round"]

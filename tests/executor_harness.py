@@ -6,8 +6,6 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
-from torch.utils.data import TensorDataset
-
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import ReservedKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
@@ -15,6 +13,7 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
+from torch.utils.data import TensorDataset
 
 from nvflare_moon.core.weights import state_dict_to_numpy
 from nvflare_moon.models import ProjectionModel

@@ -2,7 +2,6 @@ import logging
 
 import numpy as np
 import pytest
-
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import ReservedKey
 from nvflare.apis.fl_context import FLContext

@@ -6,11 +6,10 @@ import logging
 
 import numpy as np
 import pytest
-
-from nvflare.app_common.abstract.fl_model import FLModel
-from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.apis.fl_context import FLContext
+from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.abstract.model import make_model_learnable
+from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.app_constant import AlgorithmConstants, AppConstants
 
 import nvflare_moon.server as server

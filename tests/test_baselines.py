@@ -7,18 +7,17 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AlgorithmConstants
 
-from nvflare_moon.executors import FedProxExecutor, ScaffoldExecutor
-from nvflare_moon.models import Network, ProjectionModel
 from nvflare_moon.core.objectives import CrossEntropyObjective, FedProxObjective
 from nvflare_moon.core.scaffold import ScaffoldRound, apply_control_deltas
-from nvflare_moon.server import ScaffoldAggregator
 from nvflare_moon.core.state import SiteStateStore
 from nvflare_moon.core.training import frozen_copy
+from nvflare_moon.executors import FedProxExecutor, ScaffoldExecutor
+from nvflare_moon.models import Network, ProjectionModel
+from nvflare_moon.server import ScaffoldAggregator
 
 from .executor_harness import global_weights, run_task, site_context, started, tiny_dataset
 from .executor_harness import tiny_net as harness_net

@@ -38,8 +38,8 @@ from nvflare_moon.benchmark.tables import (
     speedup,
     unpaired_groups,
 )
+from nvflare_moon.ops.resume_point import save_resume_point, workspace_checkpoint
 from nvflare_moon.recipes import MoonRecipe
-from nvflare_moon.resume_point import save_resume_point, workspace_checkpoint
 
 from .conftest import REPO, aggregated_round
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from nvflare.app_common.app_constant import AlgorithmConstants
 
 from nvflare_moon.client import (

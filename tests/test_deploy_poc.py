@@ -29,11 +29,10 @@ import torch
 
 from nvflare_moon import submit
 from nvflare_moon.client_api_recipes import MoonScriptRecipe
-from nvflare_moon.resume import last_global_model
 from nvflare_moon.core.state import SiteStateStore
+from nvflare_moon.ops.continuation import last_global_model
 
 from .conftest import REPO
-from .test_client_api_e2e import SCRIPT, script_module
 from .federation import (
     SITES,
     Poc,
@@ -46,7 +45,7 @@ from .federation import (
     saved_state,
     wait_until,
 )
-
+from .test_client_api_e2e import SCRIPT, script_module
 
 pytestmark = pytest.mark.deploy
 ROUNDS = 3

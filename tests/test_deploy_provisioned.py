@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from nvflare.lighter.utils import update_storage_locations
 
 from nvflare_moon import submit

@@ -9,12 +9,11 @@ comes back, site-3 sits out the last round), three rounds on tiny synthetic data
 import numpy as np
 import pytest
 import torch
-
 from nvflare.app_common.app_constant import AlgorithmConstants
 
+from nvflare_moon.core.sampling import sample_sites
 from nvflare_moon.data import load_dataset, site_train_arrays
 from nvflare_moon.recipes import ScaffoldRecipe
-from nvflare_moon.core.sampling import sample_sites
 
 from .conftest import run_simulator
 

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from nvflare.apis.dxo import DXO, DataKind
 from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
@@ -20,7 +19,6 @@ from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from nvflare_moon.core.weights import load_numpy_state, restore_shapes
 from nvflare_moon.executors import FedAvgExecutor
 from nvflare_moon.executors import fedavg as fedavg_module
-from nvflare_moon.server import TrainTaskSettings
 from nvflare_moon.recipes import (
     FedAvgBaselineRecipe,
     FedProxRecipe,
@@ -29,6 +27,7 @@ from nvflare_moon.recipes import (
     MoonRecipe,
     ScaffoldRecipe,
 )
+from nvflare_moon.server import TrainTaskSettings
 
 from .executor_harness import global_weights, run_task, site_context, started, tiny_dataset, tiny_net, train_task
 from .test_executor import LABELS, SETTINGS

@@ -11,8 +11,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import TensorDataset
-
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_constant import ReservedKey, ReturnCode
 from nvflare.apis.fl_context import FLContext
@@ -20,6 +18,7 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from nvflare.recipe.utils import add_cross_site_evaluation, add_experiment_tracking
+from torch.utils.data import TensorDataset
 
 from nvflare_moon.core.site_metrics import site_spread, weighted_metric_means
 from nvflare_moon.core.training import evaluate

@@ -5,7 +5,6 @@ import logging
 
 import numpy as np
 import torch
-
 from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import ParamsType

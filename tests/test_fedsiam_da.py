@@ -10,19 +10,18 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from nvflare_moon.core.aggregation import weighted_average
 from nvflare_moon.core.dual_aggregation import dual_aggregate, float_vector, vector_keys
-from nvflare_moon.executors import FedSiamDAExecutor
 from nvflare_moon.core.losses import simsiam_distance
-from nvflare_moon.models import Network, ProjectionModel
 from nvflare_moon.core.objectives import FedSiamDAObjective
+from nvflare_moon.core.training import frozen_copy, sgd, train_local
+from nvflare_moon.executors import FedSiamDAExecutor
+from nvflare_moon.models import Network, ProjectionModel
 from nvflare_moon.recipes import FedSiamDARecipe
 from nvflare_moon.server import DualAggregator
-from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
 from .executor_harness import run_task, site_context, started, tiny_dataset

@@ -3,20 +3,17 @@
 import ast
 import json
 import logging
-import re
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from nvflare_moon.executors import FedSSCExecutor
 from nvflare_moon.core.losses import prototype_contrastive_loss
-from nvflare_moon.models import Network
 from nvflare_moon.core.objectives import FedSSCObjective, MoonObjective
 from nvflare_moon.core.prototypes import (
     ALTERNATE_AVAILABLE,
@@ -32,9 +29,11 @@ from nvflare_moon.core.prototypes import (
     select_prototypes,
     usable_class_means,
 )
+from nvflare_moon.core.training import frozen_copy, sgd, train_local
+from nvflare_moon.executors import FedSSCExecutor
+from nvflare_moon.models import Network
 from nvflare_moon.recipes import FedSSCRecipe
 from nvflare_moon.server import PrototypeSharingAggregator
-from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
 from .executor_harness import (

@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
+from nvflare_moon.core.state import SiteStateStore
 from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.models import Network
-from nvflare_moon.core.state import SiteStateStore
 
 from .executor_harness import site_context
 

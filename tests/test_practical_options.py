@@ -22,7 +22,6 @@ from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
 
 from .executor_harness import site_context
 
-
 # ---- the cold start ---------------------------------------------------------------------------------------------
 
 

@@ -8,15 +8,15 @@ import re
 import numpy as np
 import pytest
 import torch
-
-from nvflare.apis.fl_context import FLContext
 from nvflare.apis.filter import Filter
+from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.abstract.model import make_model_learnable
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivacy
 
 import nvflare_moon.server as server
+from nvflare_moon.client_api_recipes import MoonScriptRecipe
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import (
     FedAvgBaselineRecipe,
@@ -26,8 +26,6 @@ from nvflare_moon.recipes import (
     MoonRecipe,
     ScaffoldRecipe,
 )
-
-from nvflare_moon.client_api_recipes import MoonScriptRecipe
 
 from .conftest import REPO, TINY_TRAINING
 

@@ -4,12 +4,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.core.losses import representation_l2_loss
-from nvflare_moon.models import Network
 from nvflare_moon.core.objectives import RepresentationL2Objective
-from nvflare_moon.recipes import MoonRecipe
 from nvflare_moon.core.training import frozen_copy
+from nvflare_moon.executors import MoonExecutor
+from nvflare_moon.models import Network
+from nvflare_moon.recipes import MoonRecipe
 
 from .executor_harness import site_context
 

@@ -1,4 +1,4 @@
-"""The continuation of a failed job (nvflare_moon.resume) built from a downloaded result, checked field by field.
+"""The continuation of a failed job (nvflare_moon.ops.continuation) built from a downloaded result, checked field by field.
 
 The whole path (a site's job process SIGKILLed, the job failed by NVFlare, its continuation run to completion with the
 site's state) runs on a POC federation in test_deploy_poc.py.
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from nvflare_moon.models import Network
+from nvflare_moon.ops.continuation import CHECKPOINT_NAME, last_global_model, make_continuation_job
 from nvflare_moon.recipes import ScaffoldRecipe
-from nvflare_moon.resume import CHECKPOINT_NAME, last_global_model, make_continuation_job
 from nvflare_moon.submit import submit_token
 
 from .federation import export_tiny_moon

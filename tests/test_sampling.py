@@ -4,11 +4,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from nvflare.app_common.abstract.fl_model import FLModel
 
-from nvflare_moon.recipes import FedProxRecipe, MoonRecipe
 from nvflare_moon.core.sampling import sample_sites, sites_per_round
+from nvflare_moon.recipes import FedProxRecipe, MoonRecipe
 from nvflare_moon.server import SampledFedAvg, WeightedFedAvgAggregator
 
 SITES = [f"site-{k}" for k in range(1, 101)]

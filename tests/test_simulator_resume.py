@@ -19,11 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-
 from nvflare.app_common.app_constant import AlgorithmConstants
 
+from nvflare_moon.ops.resume_point import SIMULATOR_MODULE, workspace_checkpoint
 from nvflare_moon.recipes import FedSiamDARecipe, MoonRecipe, ScaffoldRecipe
-from nvflare_moon.resume_point import SIMULATOR_MODULE, workspace_checkpoint
 
 from .conftest import TINY_TRAINING, aggregated_round, run_simulator
 

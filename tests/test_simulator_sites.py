@@ -1,6 +1,9 @@
-"""The guard against NVFlare 2.9's simulator site-name race (nvflare_moon/simulator_sites.py)."""
+"""The guard against NVFlare 2.9's simulator site-name race (nvflare_moon/sim/sites.py)."""
 
+import json
 import logging
+import subprocess
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -8,8 +11,10 @@ import pytest
 from nvflare.apis.fl_constant import FLContextKey
 from nvflare.private.fed.app.simulator.simulator_runner import SimulatorClientRunner
 
-import nvflare_moon.server  # noqa: F401  (importing it applies the guard, as in the simulator's server process)
-from nvflare_moon.simulator_sites import _releasing_unused_claims, check_site_identity, keep_simulator_site_names_apart
+from nvflare_moon.executors.site_identity import check_site_identity
+from nvflare_moon.sim.sites import _releasing_unused_claims, keep_simulator_site_names_apart
+
+keep_simulator_site_names_apart()  # as the job's SimulatorFixes does in the simulator's server process
 
 
 def test_each_simulator_thread_writes_its_own_site_name():
@@ -87,3 +92,38 @@ def test_a_worker_started_under_another_sites_name_fails_its_setup():
 
 def test_outside_the_simulator_a_sites_folder_may_have_any_name():
     check_site_identity(_FakeContext("hospital-a", "/opt/flare/startup-kit", simulate=False))
+
+
+OPT_IN = """
+from nvflare.private.fed.app.simulator import simulator_runner
+runner = simulator_runner.SimulatorClientRunner
+untouched = (runner.do_one_task, runner.get_next_run_client, runner.__dict__.get("_create_connection"),
+             simulator_runner.subprocess, simulator_runner.time)
+import nvflare_moon, nvflare_moon.server, nvflare_moon.executors, nvflare_moon.client, nvflare_moon.sim
+print(untouched == (runner.do_one_task, runner.get_next_run_client, runner.__dict__.get("_create_connection"),
+                    simulator_runner.subprocess, simulator_runner.time))
+import nvflare_moon.sim.fixes
+print(nvflare_moon.sim.fixes.SimulatorFixes().applied)
+print(runner.do_one_task is untouched[0], isinstance(runner.__dict__["build_ctx"], property))
+"""
+
+
+def test_nothing_is_patched_on_import_and_the_jobs_component_switches_the_fixes_on():
+    printed = subprocess.run([sys.executable, "-c", OPT_IN], capture_output=True, text=True, check=True)
+    assert printed.stdout.split("\n")[:3] == [
+        "True",  # importing the plugin's packages left NVFlare's simulator as it is
+        "{'site_names': True, 'schedule_sites': True, 'warm_workers': True}",
+        "False True",
+    ]
+
+
+def test_every_recipe_puts_the_fixes_in_the_servers_config(tmp_path):
+    from nvflare_moon.recipes import DataCheckRecipe, MoonRecipe
+
+    data_check = DataCheckRecipe(dataset="image_folder", site_data={"class_names": ["a", "b"]}, min_clients=2)
+    for name, recipe in (("m", MoonRecipe(name="m")), ("data_check", data_check)):
+        recipe.export(str(tmp_path))
+        config = json.loads((tmp_path / name / "app" / "config" / "config_fed_server.json").read_text())
+        assert {"id": "simulator_fixes", "path": "nvflare_moon.sim.fixes.SimulatorFixes", "args": {}} in config[
+            "components"
+        ]

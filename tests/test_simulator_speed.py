@@ -1,5 +1,5 @@
-"""The simulator's speed-ups at ``-t < -n``: workers forked from a zygote (nvflare_moon/simulator_workers.py) and sites
-started only when the server waits on them (nvflare_moon/simulator_schedule.py). They must change nothing but time."""
+"""The simulator's speed-ups at ``-t < -n``: workers forked from a zygote (nvflare_moon/sim/workers.py) and sites
+started only when the server waits on them (nvflare_moon/sim/schedule.py). They must change nothing but time."""
 
 import json
 import os
@@ -13,11 +13,12 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from nvflare_moon import simulator_schedule, simulator_workers
 from nvflare_moon.benchmark.process_watch import process_role
 from nvflare_moon.recipes import MoonRecipe
-from nvflare_moon.simulator_schedule import site_has_open_task, site_waited_on_first
-from nvflare_moon.simulator_workers import Zygote, _SubprocessWithZygote
+from nvflare_moon.sim import schedule as simulator_schedule
+from nvflare_moon.sim import workers as simulator_workers
+from nvflare_moon.sim.schedule import site_has_open_task, site_waited_on_first
+from nvflare_moon.sim.workers import Zygote, _SubprocessWithZygote
 
 from .conftest import TINY_TRAINING, export_and_run, kill_workers
 
@@ -45,6 +46,14 @@ def test_a_forked_worker_runs_its_command_with_its_environment_and_exit_code(zyg
     assert str(custom) in seen["sys_path"]  # the job's custom folder, from PYTHONPATH
     assert seen["argv"] == [str(report), "3"]
     assert seen["own_session"]  # as NVFlare's preexec_fn=os.setsid
+
+
+def test_the_zygotes_module_imports_no_nvflare():
+    """NVFlare's modules hold import-time state that forked workers must not share (a worker's second upload is then
+    never answered); the zygote refuses to fork with them loaded, so its module must not import them."""
+    probe = "import sys, nvflare_moon.sim.workers; print(sorted(m for m in sys.modules if m.startswith('nvflare.')))"
+    printed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert printed.stdout.strip() == "[]"
 
 
 def test_a_forked_worker_can_be_terminated_and_waited_for(zygote, tmp_path):
@@ -215,7 +224,7 @@ def test_sped_up_simulator_gives_nvflares_results_without_empty_starts(tmp_path,
 
 SHORTER_SLEEP = """
 import time
-from nvflare_moon.simulator_schedule import shorten_worker_sync_sleep
+from nvflare_moon.sim.schedule import shorten_worker_sync_sleep
 from nvflare.private.fed.client import client_runner
 print(shorten_worker_sync_sleep())
 
@@ -249,7 +258,7 @@ from nvflare.fuel.f3.mpm import MainProcessMonitor
 from nvflare.private.fed.server.server_engine import ServerEngine
 from nvflare.private.fed.server.server_runner import ServerRunner, ServerRunnerConfig
 from nvflare.private.fed.simulator.simulator_server import SimulatorServerEngine
-from nvflare_moon.simulator_schedule import schedule_simulator_sites
+from nvflare_moon.sim.schedule import schedule_simulator_sites
 
 def interval_asked_by_a_server_on(engine_class):
     class StandIn(engine_class):

@@ -12,8 +12,7 @@ from PIL import Image
 
 from nvflare_moon import executors
 from nvflare_moon.core.weights import state_dict_to_numpy
-from nvflare_moon.data import TensorBatchLoader
-from nvflare_moon.data import image_cache
+from nvflare_moon.data import TensorBatchLoader, image_cache
 from nvflare_moon.data.site_data import SiteDataSettings, load_site_data, stratified_holdout
 from nvflare_moon.data.site_files import SITE_DATA_ENV, SiteDataError, list_site_files, resolve_site_root
 from nvflare_moon.models import Network

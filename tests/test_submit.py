@@ -4,7 +4,6 @@ restart, locating the downloaded results. With a real federation: test_deploy_po
 from types import SimpleNamespace
 
 import pytest
-
 from nvflare.fuel.flare_api.api_spec import NoConnection
 
 from nvflare_moon.submit import (

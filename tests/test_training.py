@@ -5,9 +5,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nvflare_moon.models import ProjectionModel
 from nvflare_moon.core.objectives import CrossEntropyObjective, MoonObjective
 from nvflare_moon.core.training import evaluate, frozen_copy, sgd, train_local
+from nvflare_moon.models import ProjectionModel
 
 
 def tiny_net(seed=0, batchnorm=False):

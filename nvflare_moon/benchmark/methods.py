@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivacy
 
+from ..ops.resume_point import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
 from ..recipes import (
     FedAvgBaselineRecipe,
     FedProxRecipe,
@@ -27,7 +28,7 @@ from ..recipes import (
     MoonRecipe,
     ScaffoldRecipe,
 )
-from ..resume_point import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
+from ..sim.fixes import without_simulator_fixes
 from .collect import read_simulator_results, read_solo_report
 from .protocols import RunSpec, Variant, format_value
 
@@ -137,13 +138,17 @@ class SimulatorMethod:
 
 
 def _job_configs(job_dir: str) -> Dict[str, Any]:
-    """Every config file of a job folder, by its path in the folder."""
+    """Every config file of a job folder, by its path in the folder; the simulator's fixes aside, which change a run's
+    time and nothing it computes (so records and resume points from before they were a job component still match)."""
     configs = {}
     for folder, _, files in os.walk(job_dir):
         for name in files:
             if name.endswith(".json") and not name.startswith(".__nvfl"):
                 with open(os.path.join(folder, name)) as f:
-                    configs[os.path.relpath(os.path.join(folder, name), job_dir)] = json.load(f)
+                    config = json.load(f)
+                if name == "config_fed_server.json":
+                    config["components"] = without_simulator_fixes(config.get("components", []))
+                configs[os.path.relpath(os.path.join(folder, name), job_dir)] = config
     return configs
 
 

@@ -1,7 +1,7 @@
 """Run a protocol: every run as a subprocess, watched (progress, peak memory) and recorded atomically as
 ``<out>/runs/<run_id>.json``. A run whose record is complete is skipped, so the same command resumes after an
 interruption. A simulator run that was interrupted continues from its last aggregated round: its state is saved into
-``work/<run_id>/resume_point/`` (:mod:`nvflare_moon.resume`) and the continuation runs from there; SOLO is redone.
+``work/<run_id>/resume_point/`` (:mod:`nvflare_moon.ops.continuation`) and the continuation runs from there; SOLO is redone.
 
 Layout of the output folder::
 
@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
-from ..resume_point import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
+from ..ops.resume_point import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
 from .methods import METHODS, Launch, variant_label
 from .niceness import autogroup, share_niceness
 from .process_watch import PeakMemoryWatcher

@@ -22,7 +22,6 @@ import numpy as np
 
 from .aggregation import Params, weighted_average
 
-
 VECTORS = ("state", "parameters")
 BATCHNORM_STATISTICS = ("running_mean", "running_var")  # the last component of their state-dict keys
 

@@ -1,4 +1,4 @@
-"""A site's state in a job that continues a failed one (:mod:`nvflare_moon.resume`).
+"""A site's state in a job that continues a failed one (:mod:`nvflare_moon.ops.continuation`).
 
 Until the new job has saved a record of its own, it reads the failed job's and copies it into its own run folder, so
 that a continuation of the continuation finds it too, and two jobs never write to the same file.

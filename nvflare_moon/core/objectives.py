@@ -10,7 +10,6 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from nvflare.app_opt.pt.fedproxloss import PTFedProxLoss
 
 from ..models import ModelOutput

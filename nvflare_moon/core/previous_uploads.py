@@ -6,7 +6,7 @@ process lives for the whole job or is restarted for every task (NVFlare's simula
 was not sampled in a round keeps its older uploads.
 
 Round r uses the last ``keep`` uploads from rounds before r. One more is stored, because a round can run twice at a
-site: when a job is continued after a failure (:mod:`nvflare_moon.resume`), or when a Client API script is restarted
+site: when a job is continued after a failure (:mod:`nvflare_moon.ops.continuation`), or when a Client API script is restarted
 after saving, a site may have trained and saved the round that the server never aggregated, and that upload must not
 serve as its own previous model.
 

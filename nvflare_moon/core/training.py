@@ -4,13 +4,14 @@ frozen model copies and evaluation. Nothing here knows about NVFlare, so every m
 
 import copy
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..models import ModelOutput
+from .clinical_metrics import ClinicalMetrics, clinical_metrics
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 LossTerms = Dict[str, torch.Tensor]  # the named parts of a loss, as objectives return them
@@ -95,9 +96,29 @@ def train_local(
     return result
 
 
+def evaluate(
+    model: nn.Module, batches: Iterable[Batch], device: torch.device, clinical: bool = False
+) -> Dict[str, float]:
+    """Top-1 accuracy and mean cross-entropy of ``model`` over ``batches``; with ``clinical``, also AUROC,
+    sensitivity, specificity, balanced accuracy and F1 (:mod:`nvflare_moon.core.clinical_metrics`)."""
+    if clinical:
+        return clinical_evaluation(model, batches, device)[0]
+    return _evaluate(model, batches, device, None)
+
+
+def clinical_evaluation(
+    model: nn.Module, batches: Iterable[Batch], device: torch.device
+) -> Tuple[Dict[str, float], ClinicalMetrics]:
+    """:func:`evaluate` with ``clinical=True``, and the figures with the confusion matrix."""
+    labels, probabilities = [], []
+    figures = _evaluate(model, batches, device, lambda y, p: (labels.append(y), probabilities.append(p)))
+    clinical = clinical_metrics(torch.cat(labels).numpy(), torch.cat(probabilities).numpy())
+    return {**figures, **clinical.scalars}, clinical
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Iterable[Batch], device: torch.device) -> Dict[str, float]:
-    """Top-1 accuracy and mean cross-entropy of ``model`` over ``batches``."""
+def _evaluate(model, batches, device, keep: Optional[Callable[[torch.Tensor, torch.Tensor], Any]]) -> Dict[str, float]:
+    """Accuracy and loss; ``keep(labels, probabilities)`` is handed each batch's, on the CPU, where given."""
     model.eval()
     correct, loss_sum, count = 0, 0.0, 0
     for x, y in batches:
@@ -106,6 +127,8 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], device: torch.device) -
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
         correct += int((logits.argmax(dim=1) == y).sum())
         count += len(y)
+        if keep is not None:
+            keep(y.cpu(), logits.float().softmax(dim=1).cpu())
     if count == 0:
         raise ValueError("evaluate() got an empty dataset")
     return {"accuracy": correct / count, "loss": loss_sum / count}

@@ -29,11 +29,11 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+from ..validation import check_choice, check_flag, check_number
 from .datasets import ImageArrays
 from .image_cache import DecodedImages, load_or_decode_images
 from .site_files import SITE_DATASETS, SiteDataError, check_class_names, list_site_files
 from .transforms import BatchTransform
-from ..validation import check_choice, check_flag, check_number
 
 # Fixed statistics for images of unknown origin: pixel / 255 has mean 0.5 and std 0.25 after normalisation maps it
 # to about [-2, 2]. A job can give a site population's own with ``mean``/``std``.

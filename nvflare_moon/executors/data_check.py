@@ -19,11 +19,10 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 
-from ..data.site_data import list_and_decode
+from ..data.site_data import list_and_decode, site_data_settings
 from ..data.site_files import SITE_DATASETS, SiteDataError, resolve_site_root
 from ..data.site_report import DATA_CHECK_TASK, REPORT_KEY, redact_paths, site_report
 from ..validation import check_choice, check_number
-from ..data.site_data import site_data_settings
 
 
 class DataCheckExecutor(Executor):

@@ -24,8 +24,6 @@ from typing import Any, Dict, Optional, Tuple, Union
 import numpy as np
 import torch
 import torch.nn as nn
-from torch.utils.data import Dataset
-
 from nvflare.apis.analytix import AnalyticsDataType
 from nvflare.apis.event_type import EventType
 from nvflare.apis.executor import Executor
@@ -37,12 +35,13 @@ from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
+from torch.utils.data import Dataset
 
 from ..core.aggregation import NUM_SAMPLES
 from ..core.job_state import ContinuedStateStore
 from ..core.rounds import FedAvgRound
 from ..core.state import STATE_FOLDER, SiteStateStore, StateUnusable, tensor_signature
-from ..core.training import evaluate, frozen_copy, sgd, train_local
+from ..core.training import clinical_evaluation, evaluate, frozen_copy, sgd, train_local
 from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
 from ..data import DATASETS, PARTITION_METHODS
 from ..data.site_data import site_data_settings
@@ -50,8 +49,8 @@ from ..data.site_files import SITE_DATASETS, resolve_site_root
 from ..data.sources import PartitionedSource, SiteImagesSource, TorchDatasetSource, dataset_batches
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
-from ..simulator_sites import check_site_identity
 from ..validation import JOB_REFUSED_HEADER, check_choice, check_flag, check_number
+from .site_identity import check_site_identity
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
 
@@ -91,7 +90,7 @@ class FedAvgExecutor(Executor):
         num_threads: torch CPU threads; None shares the cores among the simulator's parallel workers.
         train_task_name, validate_task_name, submit_model_task_name: the tasks this executor answers (NVFlare's
             names by default, which its ``CrossSiteModelEval`` sends).
-        resume_from_job_id: the id of the failed job that this job continues (see :mod:`nvflare_moon.resume`).
+        resume_from_job_id: the id of the failed job that this job continues (see :mod:`nvflare_moon.ops.continuation`).
             Where this site has no state of its own yet, it takes the state it saved in that job.
         resume_state_dir: where that job's state is, as ``<resume_state_dir>/<site>/<name>.pt``; None: in the
             site's run folder of that job (POC and production). A continued simulator job sets it, because the
@@ -104,6 +103,9 @@ class FedAvgExecutor(Executor):
             (CKKS vectors are flat), and puts its sample count n_k in ``NUM_STEPS_CURRENT_ROUND``, the number
             NVFlare's ``HEModelEncryptor`` multiplies the weights by before encrypting them (its aggregator divides
             the encrypted sum by Σ n_k), so that the aggregate stays FedAvg's n_k-weighted mean.
+        clinical_metrics: the local metrics (of the received global model, of the trained one, and in cross-site
+            evaluation) also hold AUROC, sensitivity, specificity, balanced accuracy and F1
+            (:mod:`nvflare_moon.core.clinical_metrics`); the site logs its confusion matrix every round.
     """
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
@@ -146,6 +148,7 @@ class FedAvgExecutor(Executor):
         resume_state_dir: Optional[str] = None,
         send_weight_diff: bool = False,
         encrypted_aggregation: bool = False,
+        clinical_metrics: bool = False,
     ):
         super().__init__()
         if isinstance(dataset, str):
@@ -201,6 +204,8 @@ class FedAvgExecutor(Executor):
         self.send_weight_diff = send_weight_diff
         check_flag("encrypted_aggregation", encrypted_aggregation)
         self.encrypted_aggregation = encrypted_aggregation
+        check_flag("clinical_metrics", clinical_metrics)
+        self.clinical_metrics = clinical_metrics
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None
         self._data = None  # the site's data source (nvflare_moon.data.sources), opened at the job's start
@@ -304,9 +309,16 @@ class FedAvgExecutor(Executor):
         return self._local_test
 
     def evaluate_locally(self, model: nn.Module, fl_ctx: FLContext) -> Dict[str, float]:
-        """``accuracy`` and ``loss`` of ``model`` on the site's local test data; empty when the site has none."""
+        """``accuracy`` and ``loss`` of ``model`` on the site's local test data, and the clinical figures where asked
+        for; empty when the site has none."""
         batches = self._local_test_batches(fl_ctx)
-        return {} if batches is None else evaluate(model, batches, self._torch_device)
+        if batches is None:
+            return {}
+        if not self.clinical_metrics:
+            return evaluate(model, batches, self._torch_device)
+        figures, clinical = clinical_evaluation(model, batches, self._torch_device)
+        self.log_info(fl_ctx, f"{fl_ctx.get_identity_name()}: confusion matrix (rows: true class) {clinical.confusion}")
+        return figures
 
     # ---- the tasks --------------------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from ..recipe_sites import (
     note_exported_without_custom,
 )
 from ..server import DataCheckController
+from ..sim.fixes import COMPONENT_ID, SimulatorFixes
 from ..validation import check_flag, check_number
 
 # what set_per_site_config may set for one site in a data check: where its data is
@@ -76,6 +77,7 @@ class DataCheckRecipe(Recipe):
 
         job = FedJob(name=name, min_clients=min_clients)
         job.set_app_packages(["nvflare_moon"])
+        job.to_server(SimulatorFixes(), id=COMPONENT_ID)
         job.to_server(DataCheckController(task_name=DATA_CHECK_TASK), id="controller")
         if byoc:
             job.to_server(byoc_marker())

@@ -16,10 +16,10 @@ from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..core.sampling import sites_per_round
 from ..data import DATASETS, NUM_CLASSES
+from ..data.site_data import site_data_settings
 from ..data.site_files import SITE_DATASETS
 from ..encryption import add_encrypted_server, add_encryption_filters, check_encryption
 from ..executors import FedAvgExecutor
-from ..data.site_data import site_data_settings
 from ..models import Network
 from ..privacy import (
     add_update_filters,
@@ -45,6 +45,8 @@ from ..server import (
     TrainTaskSettings,
     WeightedFedAvgAggregator,
 )
+from ..server.evaluator import check_key_metric
+from ..sim.fixes import COMPONENT_ID, SimulatorFixes
 from ..validation import check_number
 
 # The constructor's arguments kept on the recipe under their own names, and those every site's executor takes as they are.
@@ -66,6 +68,9 @@ STORED_ARGUMENTS = (
     "quantization",
     "privacy_filters",
     "encryption",
+    "clinical_metrics",
+    "key_metric",
+    "key_metric_mode",
 )
 EXECUTOR_ARGUMENTS = (
     "dataset",
@@ -83,6 +88,7 @@ EXECUTOR_ARGUMENTS = (
     "weight_decay",
     "device",
     "num_threads",
+    "clinical_metrics",
 )
 # What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
 PER_SITE_KEYS = ("data_root", "device", "num_threads")
@@ -127,6 +133,13 @@ class FedAvgBaselineRecipe(Recipe):
             on a federation provisioned with its ``HEBuilder``; needs ``server_evaluation=False`` and none of
             ``quantization``, ``privacy_filters``, ``sample_fraction < 1``, ``stop_cond``. FedAvg, FedProx and MOON.
             None: off.
+        clinical_metrics: every site's local metrics (and the server's evaluation, where it has test data) also hold
+            AUROC, sensitivity, specificity, balanced accuracy and F1 (:mod:`nvflare_moon.core.clinical_metrics`),
+            per site and weighted across sites, in the log, TensorBoard and ``global_metrics.jsonl``; ``stop_cond``
+            may then read them (``"auroc >= 0.9"``).
+        key_metric, key_metric_mode: the figure that picks ``best_FL_global_model.pt`` (``"auroc"``: the sites'
+            weighted mean AUROC of the global model, or the server's where it evaluates) and whether higher is better
+            (see :class:`GlobalModelEvaluator`). None: accuracy, higher is better.
     """
 
     option_limits: Dict[str, str] = {}  # option -> why this method cannot take it (refused at build)
@@ -162,6 +175,9 @@ class FedAvgBaselineRecipe(Recipe):
         quantization: Optional[str] = None,
         privacy_filters: Optional[List[Filter]] = None,
         encryption: Optional[str] = None,
+        clinical_metrics: bool = False,
+        key_metric: Optional[str] = None,
+        key_metric_mode: Optional[str] = None,
     ):
         arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         arguments["num_sites"] = min_clients if num_sites is None else num_sites
@@ -211,6 +227,7 @@ class FedAvgBaselineRecipe(Recipe):
                 "accuracy"
             )
         check_stop_condition(arguments["stop_cond"], arguments["patience"])
+        check_key_metric(arguments["key_metric"], arguments["key_metric_mode"], arguments["clinical_metrics"])
         check_encryption(
             arguments["encryption"],
             quantization=arguments["quantization"],
@@ -241,6 +258,7 @@ class FedAvgBaselineRecipe(Recipe):
         run checks (the clients' apps are added when the job is built, see :meth:`_prepare_client_apps`)."""
         job = FedJob(name=name, min_clients=self.min_clients)
         job.set_app_packages(["nvflare_moon"])
+        job.to_server(SimulatorFixes(), id=COMPONENT_ID)
         if self.encryption is not None:
             add_encrypted_server(job, self.network(), self.min_clients, self.num_rounds, self._tasks[0])
             job.to_server(SiteMetricsRecorder(model=self.network()), id="global_evaluator")
@@ -253,7 +271,12 @@ class FedAvgBaselineRecipe(Recipe):
             job.to_server(self._controller(), id="controller")
             test_data = dict(dataset=self.dataset, data_root=self.data_root, download=download)
             evaluator = GlobalModelEvaluator(
-                model=self.network(), **(test_data if self.server_evaluation else dict(dataset=None)), device=device
+                model=self.network(),
+                **(test_data if self.server_evaluation else dict(dataset=None)),
+                device=device,
+                key_metric=self.key_metric,
+                key_metric_mode=self.key_metric_mode,
+                clinical_metrics=self.clinical_metrics,
             )
             job.to_server(evaluator, id="global_evaluator")
         if self.dataset not in SITE_DATASETS:  # the sites' own images are not shards of one split: nothing to cover

@@ -15,6 +15,7 @@ from ..server import (
     SettingsFedAvg,
     WeightedFedAvgAggregator,
 )
+from ..sim.fixes import COMPONENT_ID, SimulatorFixes
 
 
 class ClientAPIRecipe(FedAvgRecipe):
@@ -31,6 +32,7 @@ class ClientAPIRecipe(FedAvgRecipe):
         super().__init__(aggregator=self.make_aggregator(), **kwargs)
         # our classes come from the installed package; a copy in the job's custom/ would shadow it, partially
         self._job.set_app_packages(["nvflare_moon"])
+        self._job.to_server(SimulatorFixes(), id=COMPONENT_ID)
 
     def _ensure_client_apps_prepared(self) -> None:
         """The clients' filters go in once their apps exist, so that ``set_per_site_config`` still works after

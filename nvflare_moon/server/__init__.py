@@ -1,15 +1,6 @@
 """Server components: aggregators for NVFlare's FedAvg controller, the once-per-round global evaluation and the
-checks that make a job fail loudly.
-
-Importing this package inside NVFlare's simulator also keeps the simulator's site names apart
-(:mod:`nvflare_moon.simulator_sites`), starts only sites that the server waits on (:mod:`nvflare_moon.simulator_schedule`)
-and forks the sites' workers from a process that has imported torch already (:mod:`nvflare_moon.simulator_workers`):
-the server app loads it before any site starts.
-"""
-
-from ..simulator_schedule import schedule_simulator_sites
-from ..simulator_sites import keep_simulator_site_names_apart
-from ..simulator_workers import start_simulator_workers_warm
+checks that make a job fail loudly. Importing it changes nothing of NVFlare's (the simulator's fixes are the job's
+:class:`nvflare_moon.sim.fixes.SimulatorFixes` component)."""
 
 from .aggregators import WeightedFedAvgAggregator
 from .data_check import DataCheckController
@@ -35,7 +26,3 @@ __all__ = [
     "SiteMetricsRecorder",
     "TrainTaskSettings",
 ]
-
-keep_simulator_site_names_apart()
-schedule_simulator_sites()
-start_simulator_workers_warm()

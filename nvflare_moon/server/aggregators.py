@@ -3,7 +3,6 @@
 from typing import Dict, List, NamedTuple
 
 import numpy as np
-
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator

@@ -11,7 +11,6 @@ import os
 from typing import Dict
 
 import numpy as np
-
 from nvflare.apis.controller_spec import ClientTask, Task
 from nvflare.apis.dxo import from_shareable
 from nvflare.apis.fl_constant import ReturnCode

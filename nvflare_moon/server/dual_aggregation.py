@@ -4,7 +4,6 @@ FedAvg controller."""
 from typing import List, Optional
 
 import numpy as np
-
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from ..core.aggregation import Params

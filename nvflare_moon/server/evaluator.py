@@ -10,9 +10,6 @@ from typing import Dict, Optional, Tuple, Union
 import numpy as np
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, Dataset
-from torch.utils.tensorboard import SummaryWriter
-
 from nvflare.apis.dxo import MetaKey, from_shareable
 from nvflare.apis.event_type import EventType
 from nvflare.apis.fl_component import FLComponent
@@ -20,21 +17,30 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.app_event_type import AppEventType
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.tensorboard import SummaryWriter
 
 from ..core.aggregation import normalized_weights
+from ..core.clinical_metrics import CLINICAL_FIGURES
 from ..core.site_metrics import site_spread, weighted_metric_means
-from ..core.training import evaluate
+from ..core.training import clinical_evaluation, evaluate
 from ..core.weights import load_numpy_state
 from ..data import DATASETS, TensorBatchLoader, load_dataset, test_transform
 from ..models import check_num_classes
 from ..runtime import resolve_device, resolve_num_threads
-from ..validation import check_choice, check_number
+from ..validation import check_choice, check_flag, check_number
 
 METRICS_FILENAME = "global_metrics.jsonl"
-# the sites' local metrics (see FedAvgExecutor): the received global model's, and their own trained model's
-LOCAL_FIGURES = {"accuracy": "of the global model", "local_model_accuracy": "of the local models"}
-SERVER_KEY_METRIC = "test_accuracy"
-SITES_KEY_METRIC = "accuracy"
+# the sites' local metrics whose spread across sites is recorded (see FedAvgExecutor): the received global model's,
+# and their own trained model's; the clinical ones where the sites report them (clinical_metrics=True)
+LOCAL_FIGURES = {
+    "accuracy": "local accuracy of the global model",
+    "local_model_accuracy": "local accuracy of the local models",
+    "auroc": "local AUROC of the global model",
+    "sensitivity": "local sensitivity of the global model",
+    "specificity": "local specificity of the global model",
+}
+KEY_METRIC_MODES = ("max", "min")
 
 
 class GlobalModelEvaluator(FLComponent):
@@ -52,8 +58,10 @@ class GlobalModelEvaluator(FLComponent):
     - ``best_model``: the key metric, its best value so far and the round whose aggregate it belongs to (-1: the
       initial model).
 
-    The key metric is ``test_accuracy`` where the server evaluates, else the weighted mean of the sites' ``accuracy``.
-    That one is measured on the model the sites received, the aggregate of the round before. Whenever it improves,
+    The key metric is ``test_accuracy`` where the server evaluates, else the weighted mean of the sites' ``accuracy``;
+    ``key_metric`` names another figure (``"auroc"``: the server's ``test_auroc`` where it evaluates, else the sites'
+    weighted mean ``auroc``). The sites' figures are measured on the model they received, the aggregate of the round
+    before. Whenever it improves,
     the component fires NVFlare's ``GLOBAL_BEST_MODEL_AVAILABLE`` once the measured model is the run's global model, so
     the persistor saves it as ``best_FL_global_model.pt``. ``test_accuracy`` and ``test_loss`` are also added to the
     aggregate's metrics, so that the controller's ``stop_cond`` can read them.
@@ -66,6 +74,13 @@ class GlobalModelEvaluator(FLComponent):
         batch_size: evaluation batch size.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ...
         num_threads: torch CPU threads for the server process; None keeps torch's default.
+        key_metric: the figure that picks the best model (without its ``test_`` prefix): ``"accuracy"``,
+            ``"loss"``, or with ``clinical_metrics`` ``"auroc"``, ``"sensitivity"``, ``"specificity"``,
+            ``"balanced_accuracy"``, ``"f1"``. None: ``accuracy``.
+        key_metric_mode: ``"max"`` (higher is better) or ``"min"`` (a loss); None: ``"min"`` for ``loss``, else
+            ``"max"`` (NVFlare's ``key_metric`` / ``negate_key_metric`` pair, by name).
+        clinical_metrics: the server's evaluation also reports the clinical figures (``test_auroc``, ...) and the
+            confusion matrix (``test_confusion``, in the JSON line).
     """
 
     announces_best_model = True  # fire GLOBAL_BEST_MODEL_AVAILABLE, so that the persistor saves the best model
@@ -79,8 +94,13 @@ class GlobalModelEvaluator(FLComponent):
         batch_size: int = 500,
         device: str = "auto",
         num_threads: Optional[int] = None,
+        key_metric: Optional[str] = None,
+        key_metric_mode: Optional[str] = None,
+        clinical_metrics: bool = False,
     ):
         super().__init__()
+        check_flag("clinical_metrics", clinical_metrics)
+        check_key_metric(key_metric, key_metric_mode, clinical_metrics)
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module such as nvflare_moon.models.Network, got {model!r}")
         if isinstance(dataset, str):
@@ -96,6 +116,11 @@ class GlobalModelEvaluator(FLComponent):
         self.batch_size = batch_size
         self.device = device
         self.num_threads = num_threads
+        self.key_metric = key_metric
+        self.key_metric_mode = key_metric_mode
+        self.clinical_metrics = clinical_metrics
+        self._key = key_metric or "accuracy"
+        self._higher_is_better = (key_metric_mode or ("min" if self._key == "loss" else "max")) == "max"
         self._batches = None
         self._writer: Optional[SummaryWriter] = None
         self._metrics_path = ""
@@ -148,22 +173,26 @@ class GlobalModelEvaluator(FLComponent):
         if self._batches is not None:
             started = time.perf_counter()
             load_numpy_state(self.model, aggregate.params)
-            test = evaluate(self.model, self._batches, self._torch_device)
-            record.update(test_accuracy=test["accuracy"], test_loss=test["loss"])
+            if self.clinical_metrics:
+                test, clinical = clinical_evaluation(self.model, self._batches, self._torch_device)
+                record["test_confusion"] = clinical.confusion
+            else:
+                test = evaluate(self.model, self._batches, self._torch_device)
+            record.update({f"test_{name}": value for name, value in test.items()})
             record["eval_seconds"] = time.perf_counter() - started
             summary.append(f"global test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f};")
         record["train"] = dict(aggregate.metrics or {})
         record["spread"] = self._spread(meta)
         for name, spread in record["spread"].items():
             summary.append(
-                f"local accuracy {LOCAL_FIGURES[name]}: mean {spread['mean']:.4f}, worst {spread['worst']:.4f} "
+                f"{LOCAL_FIGURES[name]}: mean {spread['mean']:.4f}, worst {spread['worst']:.4f} "
                 f"({spread['worst_site']}), best {spread['best']:.4f} ({spread['best_site']}), std {spread['std']:.4f};"
             )
         record["best_model"] = self._update_best(record, round_number, fl_ctx)
         record.update({k: v for k, v in meta.items() if k.startswith("site_")})
         self.log_info(fl_ctx, " ".join(summary).rstrip(";"))
         if self._batches is not None:  # for the controller's stop_cond
-            aggregate.metrics = {**record["train"], "test_accuracy": test["accuracy"], "test_loss": test["loss"]}
+            aggregate.metrics = {**record["train"], **{f"test_{name}": value for name, value in test.items()}}
         self._write(record, round_number)
 
     def _spread(self, meta: dict) -> Dict[str, dict]:
@@ -178,14 +207,16 @@ class GlobalModelEvaluator(FLComponent):
 
     def _update_best(self, record: dict, round_number: int, fl_ctx: FLContext) -> Optional[dict]:
         """Track the key metric; when it improves, have the persistor save the measured model as the best one."""
-        if self._batches is not None:
-            key, value, model_round = SERVER_KEY_METRIC, record["test_accuracy"], round_number
-        elif SITES_KEY_METRIC in record["spread"]:
-            key, value = SITES_KEY_METRIC, record["spread"][SITES_KEY_METRIC]["mean"]
+        if self._batches is not None and f"test_{self._key}" in record:
+            key, value, model_round = f"test_{self._key}", record[f"test_{self._key}"], round_number
+        elif self._key in record["spread"] or self._key in record["train"]:  # the sites' weighted mean
+            key = self._key
+            value = record["spread"][key]["mean"] if key in record["spread"] else record["train"][key]
             model_round = round_number - 1  # the sites measured the model they received: last round's aggregate
         else:
             return None
-        if value > self._best_value:
+        better = value > self._best_value if self._higher_is_better else value < self._best_value
+        if self._best_model_round is None or better:
             self._best_value, self._best_model_round = value, model_round
             self.log_info(fl_ctx, f"new best global model (round {model_round} aggregate): {key} {value:.4f}")
             if self.announces_best_model and model_round == round_number:
@@ -261,6 +292,17 @@ class SiteMetricsRecorder(GlobalModelEvaluator):
             metrics=weighted_metric_means(site_metrics, weights),
             meta={"site_metrics": site_metrics, "site_weights": weights},
         )
+
+
+def check_key_metric(key_metric: Optional[str], key_metric_mode: Optional[str], clinical_metrics: bool) -> None:
+    """Raise ValueError, naming the argument, for a key metric that the run does not report."""
+    known = ("accuracy", "loss") + (CLINICAL_FIGURES if clinical_metrics else ())
+    if key_metric in CLINICAL_FIGURES and not clinical_metrics:
+        raise ValueError(f"key_metric={key_metric!r} is a clinical figure: set clinical_metrics=True to report it")
+    if key_metric is not None:
+        check_choice("key_metric", key_metric, known)
+    if key_metric_mode is not None:
+        check_choice("key_metric_mode", key_metric_mode, KEY_METRIC_MODES)
 
 
 def _to_builtin(value):

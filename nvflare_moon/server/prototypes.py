@@ -8,7 +8,6 @@ site with the next global model.
 from typing import Dict, Tuple
 
 import numpy as np
-
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, select_prototypes, usable_class_means

@@ -15,7 +15,6 @@ hence with :class:`SampledFedAvg` and the global evaluation.
 from typing import Dict, Optional
 
 import numpy as np
-
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.app_constant import AlgorithmConstants

@@ -1,5 +1,5 @@
 """The simulator's resume point: a small folder holding a stopped simulator run's last aggregated round, every site's
-state and the job, from which :mod:`nvflare_moon.resume` builds the continuation (see its docstring), and the command
+state and the job, from which :mod:`nvflare_moon.ops.continuation` builds the continuation (see its docstring), and the command
 line ``python -m nvflare_moon.resume``."""
 
 import argparse
@@ -15,9 +15,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from .core.history import history_before
-from .core.state import STATE_FOLDER
-from .resume import read_checkpoint, read_json, round_range, server_controller, write_continuation, write_json
+from ..core.history import history_before
+from ..core.state import STATE_FOLDER
+from ..sim.fixes import with_simulator_fixes
+from .continuation import read_checkpoint, read_json, round_range, server_controller, write_continuation, write_json
 
 SIMULATOR_MODULE = "nvflare.private.fed.app.simulator.simulator"
 SIMULATOR_JOB_ID = "simulate_job"  # the simulator's job id, every run
@@ -264,7 +265,14 @@ def make_simulator_continuation(point: ResumePoint, job_dir: str) -> str:
     """Write the simulator continuation of ``point`` into ``job_dir``; its sites read their state from the point,
     which must stay where it is while the job runs. Returns ``job_dir``."""
     args = {"resume_from_job_id": SIMULATOR_JOB_ID, "resume_state_dir": point.states_dir}
-    return write_continuation(point.job_dir, point.checkpoint, os.path.abspath(job_dir), args)
+    job_dir = write_continuation(point.job_dir, point.checkpoint, os.path.abspath(job_dir), args)
+    for folder, _, files in os.walk(job_dir):  # a point saved before the fixes were a job component gets them
+        if "config_fed_server.json" in files:
+            path = os.path.join(folder, "config_fed_server.json")
+            config = read_json(path)
+            config["components"] = with_simulator_fixes(config.get("components", []))
+            write_json(path, config)
+    return job_dir
 
 
 def continued_metrics(point: ResumePoint, workspace: str) -> List[Dict[str, Any]]:

@@ -10,8 +10,8 @@ results are those of a normal start; what goes is the repeated import. Nothing b
 torch's threads, data and state are set up by the child as before.
 
 The zygote never runs torch code or starts a thread before forking (a fork copies only the forking thread), and it
-refuses to serve if its imports left a thread running. When it cannot serve, the runner starts its workers as NVFlare
-does. ``NVFLARE_MOON_WARM_WORKERS=0`` turns the whole mechanism off.
+refuses to serve if its imports left a thread running or imported NVFlare. When it cannot serve, the runner starts
+its workers as NVFlare does. ``NVFLARE_MOON_WARM_WORKERS=0`` turns the whole mechanism off.
 """
 
 import json
@@ -28,7 +28,7 @@ import threading
 import traceback
 from typing import Dict, List, Optional
 
-from .simulator_schedule import shorten_worker_sync_sleep
+from .schedule import shorten_worker_sync_sleep
 
 RUNNER_MODULE = "nvflare.private.fed.app.simulator.simulator_runner"
 WORKER_MODULE = "nvflare.private.fed.app.simulator.simulator_worker"
@@ -164,7 +164,7 @@ def start_simulator_workers_warm() -> bool:
     return True
 
 
-# The zygote process itself: python -m nvflare_moon.simulator_workers <socket fd> -- <the simulator's command line>
+# The zygote process itself: python -m nvflare_moon.sim.workers <socket fd> -- <the simulator's command line>
 
 
 def _run_worker(request: dict) -> None:
@@ -195,11 +195,11 @@ def _run_worker(request: dict) -> None:
 
 def _show_command_line(argv: List[str]) -> None:
     """Make ``ps`` and ``/proc/<pid>/cmdline`` of this forked child name its site, as a started worker's would:
-    ``python -m nvflare_moon.simulator_workers --client site-2 -o <its workspace>``, written over the zygote's own
+    ``python -m nvflare_moon.sim.workers --client site-2 -o <its workspace>``, written over the zygote's own
     command line (which holds the simulator's, workspace included, so it fits; cut if not). Tools that find a
     simulator worker by ``--client <site>`` (the benchmark's memory watch, a test's clean-up) then find this one.
     Linux only; elsewhere, and when refused, the label stays."""
-    words = [sys.executable, "-m", "nvflare_moon.simulator_workers"]
+    words = [sys.executable, "-m", "nvflare_moon.sim.workers"]
     for flag in ("--client", "-o"):
         if flag in argv[:-1]:
             words += [flag, argv[argv.index(flag) + 1]]
@@ -221,6 +221,8 @@ def _serve(channel: socket.socket) -> None:
     refusal = None
     if threading.active_count() > 1:
         refusal = f"importing {', '.join(PRELOADED_MODULES)} started a thread, so forking is not safe"
+    elif "nvflare" in sys.modules:
+        refusal = "NVFlare is imported in the zygote, so its children would share its import-time state"
     selector = selectors.DefaultSelector()
     selector.register(channel, selectors.EVENT_READ)
     requests = channel.makefile("r")

@@ -13,7 +13,7 @@ The idle costs (read in ``simulator_runner.py``, ``simulator_worker.py`` and ``s
 - **Fixed sleeps.** The runner connects to a new worker right after starting it, and retries once a second; the first
   try almost always comes too early, so every task waits about a second. Each thread sleeps a second before every
   task, and each worker half a second before it syncs with the server. Here each of these lasts 20 ms (the worker's,
-  in workers forked by :mod:`nvflare_moon.simulator_workers`, which calls :func:`shorten_worker_sync_sleep`).
+  in workers forked by :mod:`nvflare_moon.sim.workers`, which calls :func:`shorten_worker_sync_sleep`).
 - **Waits the server asks for.** After every task the server tells the site to come back in ``task_request_interval``
   (2 s by default), which a worker sleeps before it asks for the next round's task, however soon that is ready. The
   simulator's server asks for POLL instead (the worker's own 0.5 s between fetches that the server answers with "try
@@ -170,7 +170,7 @@ def schedule_simulator_sites() -> bool:
     every process, so a real server's process is patched too: the runner's own classes never run there, and the
     patches on shared classes act only for the simulator's server (its engine) or only record (the open tasks).
 
-    The pick itself is :func:`nvflare_moon.simulator_sites.keep_simulator_site_names_apart`'s, which asks
+    The pick itself is :func:`nvflare_moon.sim.sites.keep_simulator_site_names_apart`'s, which asks
     :func:`site_waited_on_first`; apply that first, so that the wait here comes before its claim bookkeeping.
     """
     runner_module = sys.modules.get(RUNNER_MODULE)

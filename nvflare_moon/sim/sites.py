@@ -12,21 +12,17 @@ lock), but marks it running only later, outside the lock; another thread can pic
 workers then run the site's task at once (seen here under load: the same task trained twice, one reply refused).
 
 :func:`keep_simulator_site_names_apart` gives each thread its own copy of ``build_ctx``, and makes the pick claim the
-site at once (released again if the thread does not go on to run it); importing
-:mod:`nvflare_moon.server` applies it inside a simulator, before any site starts. :func:`check_site_identity` is the
-site's own check, for jobs whose server has none of our components: it fails the site's set-up when its name is not
-the one of the workspace folder the simulator made for it.
+site at once (released again if the thread does not go on to run it); the job's
+:class:`nvflare_moon.sim.fixes.SimulatorFixes` component applies it inside a simulator, before any site starts.
+:func:`nvflare_moon.executors.site_identity.check_site_identity` is the site's own check, for jobs without that
+component: it fails the site's set-up when its name is not the one of the workspace folder the simulator made for it.
 """
 
 import functools
-import os
 import sys
 import threading
 
-from nvflare.apis.fl_constant import FLContextKey
-from nvflare.apis.fl_context import FLContext
-
-from .simulator_schedule import site_waited_on_first
+from .schedule import site_waited_on_first
 
 SIMULATOR_RUNNER_MODULE = "nvflare.private.fed.app.simulator.simulator_runner"
 
@@ -93,20 +89,3 @@ def keep_simulator_site_names_apart() -> bool:
         runner_class.get_next_run_client = _claiming(runner_class.get_next_run_client)
         runner_class.do_one_task = _releasing_unused_claims(runner_class.do_one_task)
     return True
-
-
-def check_site_identity(fl_ctx: FLContext) -> None:
-    """In the simulator, raise ``RuntimeError`` unless this site's name is its workspace folder's name.
-
-    Outside the simulator (POC, production) a site's folder may have any name, so nothing is checked.
-    """
-    if not fl_ctx.get_prop(FLContextKey.SIMULATE_MODE, False):
-        return
-    site = fl_ctx.get_identity_name()
-    folder = os.path.basename(os.path.normpath(fl_ctx.get_engine().get_workspace().get_root_dir()))
-    if folder != site:
-        raise RuntimeError(
-            f"the simulator started the worker of {folder} as {site} (a race in NVFlare 2.9's simulator that makes "
-            f"one site train twice and another never); run the job again, or with -t equal to -n and "
-            f"nvflare_moon's server components, which prevent it"
-        )

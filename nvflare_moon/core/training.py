@@ -4,7 +4,7 @@ frozen model copies and evaluation. Nothing here knows about NVFlare, so every m
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -96,29 +96,12 @@ def train_local(
     return result
 
 
-def evaluate(
-    model: nn.Module, batches: Iterable[Batch], device: torch.device, clinical: bool = False
-) -> Dict[str, float]:
-    """Top-1 accuracy and mean cross-entropy of ``model`` over ``batches``; with ``clinical``, also AUROC,
-    sensitivity, specificity, balanced accuracy and F1 (:mod:`nvflare_moon.core.clinical_metrics`)."""
-    if clinical:
-        return clinical_evaluation(model, batches, device)[0]
-    return _evaluate(model, batches, device, None)
-
-
-def clinical_evaluation(
-    model: nn.Module, batches: Iterable[Batch], device: torch.device
-) -> Tuple[Dict[str, float], ClinicalMetrics]:
-    """:func:`evaluate` with ``clinical=True``, and the figures with the confusion matrix."""
-    labels, probabilities = [], []
-    figures = _evaluate(model, batches, device, lambda y, p: (labels.append(y), probabilities.append(p)))
-    clinical = clinical_metrics(torch.cat(labels).numpy(), torch.cat(probabilities).numpy())
-    return {**figures, **clinical.scalars}, clinical
-
-
 @torch.no_grad()
-def _evaluate(model, batches, device, keep: Optional[Callable[[torch.Tensor, torch.Tensor], Any]]) -> Dict[str, float]:
-    """Accuracy and loss; ``keep(labels, probabilities)`` is handed each batch's, on the CPU, where given."""
+def evaluate(
+    model: nn.Module, batches: Iterable[Batch], device: torch.device, kept: Optional[List[Batch]] = None
+) -> Dict[str, float]:
+    """Top-1 accuracy and mean cross-entropy of ``model`` over ``batches``; each batch's labels and softmax
+    probabilities, on the CPU, are appended to ``kept`` where given."""
     model.eval()
     correct, loss_sum, count = 0, 0.0, 0
     for x, y in batches:
@@ -127,11 +110,22 @@ def _evaluate(model, batches, device, keep: Optional[Callable[[torch.Tensor, tor
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
         correct += int((logits.argmax(dim=1) == y).sum())
         count += len(y)
-        if keep is not None:
-            keep(y.cpu(), logits.float().softmax(dim=1).cpu())
+        if kept is not None:
+            kept.append((y.cpu(), logits.float().softmax(dim=1).cpu()))
     if count == 0:
         raise ValueError("evaluate() got an empty dataset")
     return {"accuracy": correct / count, "loss": loss_sum / count}
+
+
+def clinical_evaluation(
+    model: nn.Module, batches: Iterable[Batch], device: torch.device
+) -> Tuple[Dict[str, float], ClinicalMetrics]:
+    """:func:`evaluate`'s figures with AUROC, sensitivity, specificity, balanced accuracy and F1 added
+    (:mod:`nvflare_moon.core.clinical_metrics`), and those figures with the confusion matrix."""
+    kept: List[Batch] = []
+    figures = evaluate(model, batches, device, kept)
+    clinical = clinical_metrics(torch.cat([y for y, _ in kept]).numpy(), torch.cat([p for _, p in kept]).numpy())
+    return {**figures, **clinical.scalars}, clinical
 
 
 def sgd(model: nn.Module, lr: float, momentum: float, weight_decay: float) -> torch.optim.SGD:

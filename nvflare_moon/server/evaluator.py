@@ -178,9 +178,10 @@ class GlobalModelEvaluator(FLComponent):
                 record["test_confusion"] = clinical.confusion
             else:
                 test = evaluate(self.model, self._batches, self._torch_device)
-            record.update({f"test_{name}": value for name, value in test.items()})
+            test = {f"test_{name}": value for name, value in test.items()}
+            record.update(test)
             record["eval_seconds"] = time.perf_counter() - started
-            summary.append(f"global test accuracy {test['accuracy']:.4f}, loss {test['loss']:.4f};")
+            summary.append(f"global test accuracy {test['test_accuracy']:.4f}, loss {test['test_loss']:.4f};")
         record["train"] = dict(aggregate.metrics or {})
         record["spread"] = self._spread(meta)
         for name, spread in record["spread"].items():
@@ -192,7 +193,7 @@ class GlobalModelEvaluator(FLComponent):
         record.update({k: v for k, v in meta.items() if k.startswith("site_")})
         self.log_info(fl_ctx, " ".join(summary).rstrip(";"))
         if self._batches is not None:  # for the controller's stop_cond
-            aggregate.metrics = {**record["train"], **{f"test_{name}": value for name, value in test.items()}}
+            aggregate.metrics = {**record["train"], **test}
         self._write(record, round_number)
 
     def _spread(self, meta: dict) -> Dict[str, dict]:

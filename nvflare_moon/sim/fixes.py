@@ -16,8 +16,9 @@ COMPONENT_ID = "simulator_fixes"
 def with_simulator_fixes(components: List[dict]) -> List[dict]:
     """A server config's ``components`` with this component first, as the recipes export it (a job exported before
     the fixes became a component, 2026-12-06, gets them so)."""
-    rest = [c for c in components if c.get("id") != COMPONENT_ID]
-    return [{"id": COMPONENT_ID, "path": f"{__name__}.SimulatorFixes", "args": {}}] + rest
+    return [{"id": COMPONENT_ID, "path": f"{__name__}.SimulatorFixes", "args": {}}] + without_simulator_fixes(
+        components
+    )
 
 
 def without_simulator_fixes(components: List[dict]) -> List[dict]:

@@ -397,7 +397,10 @@ def test_cifar_download_uses_torchvision(tmp_path, monkeypatch):
 
 def test_real_cifar10(cifar_labels):
     if not (CIFAR_ROOT / "cifar-10-batches-py").is_dir():
-        pytest.skip(f"needs the CIFAR-10 images at {CIFAR_ROOT}/cifar-10-batches-py (see the README's Data section)")
+        pytest.skip(
+            f"needs the CIFAR-10 images at {CIFAR_ROOT}/cifar-10-batches-py "
+            "(see 'The data' in the README; offline: docs/notebook.md)"
+        )
     s = D.load_dataset("cifar10", str(CIFAR_ROOT))
     assert s.train.images.shape == (50000, 3, 32, 32) and s.test.images.shape == (10000, 3, 32, 32)
     assert np.array_equal(s.train.labels.numpy(), cifar_labels)

@@ -33,7 +33,7 @@ from nvflare_moon.core.objectives import (
     MoonObjective,
 )
 from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
-from nvflare_moon.runtime import resolve_device
+from nvflare_moon.core.runtime import resolve_device
 from nvflare_moon.core.scaffold import ScaffoldRound
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 

@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 import torch.nn as nn
 
-from .validation import check_number
+from .core.validation import check_number
 
 
 class ModelOutput(NamedTuple):

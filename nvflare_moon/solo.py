@@ -38,8 +38,8 @@ from .data import (
     train_transform,
 )
 from .models import BACKBONES, Network
-from .runtime import resolve_device
-from .validation import check_choice, check_number
+from .core.runtime import resolve_device
+from .core.validation import check_choice, check_number
 
 EVAL_BATCH_SIZE = 500
 

@@ -1,5 +1,5 @@
 """Step 3: run a job on the running POC as its admin: submit, wait, download the results, and show where the global
-model, ``global_metrics.jsonl`` and the TensorBoard events are (FLARE API, through ``python -m nvflare_moon.submit``).
+model, ``global_metrics.jsonl`` and the TensorBoard events are (FLARE API, through ``python -m nvflare_moon.ops.submit``).
 
     python poc/run_job.py jobs/moon_cifar10 --workspace /tmp/nvflare/poc --out results/ [--timeout 86400]
     python poc/run_job.py --resume FAILED_JOB_ID --workspace /tmp/nvflare/poc --out results/
@@ -7,7 +7,7 @@ model, ``global_metrics.jsonl`` and the TensorBoard events are (FLARE API, throu
 Idempotent: running it again with the same job folder waits for, or just downloads, the job submitted the first time;
 ``--resubmit`` runs the folder once more. A job that did not complete is reported with the error lines of its logs,
 and one lost to a server restart is reported as such. ``--resume`` continues a job that failed part-way (a site's
-process died) from the round after the last one aggregated, with every site's state (``nvflare_moon.resume``). The same
+process died) from the round after the last one aggregated, with every site's state (``nvflare_moon.ops.resume_point``). The same
 by hand, with NVFlare's CLI:
 
     nvflare job submit -j jobs/moon_cifar10      # prints the job id
@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-from nvflare_moon import submit
+from nvflare_moon.ops import submit
 from poc_workspace import PocWorkspace, add_workspace_arg, fail
 
 

@@ -23,7 +23,7 @@ from nvflare_moon.client import (
 )
 from nvflare_moon.client import meta as keys
 from nvflare_moon.client.state import find_run_folder
-from nvflare_moon.client_api_recipes import (
+from nvflare_moon.recipes import (
     FedSiamDAScriptRecipe,
     FedSSCScriptRecipe,
     MoonScriptRecipe,

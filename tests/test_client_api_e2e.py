@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nvflare_moon.client_api_recipes import MoonScriptRecipe, ScaffoldScriptRecipe
+from nvflare_moon.recipes import MoonScriptRecipe, ScaffoldScriptRecipe
 
 from .conftest import REPO, export_and_run
 

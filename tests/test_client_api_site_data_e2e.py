@@ -11,7 +11,7 @@ import sys
 import pytest
 from nvflare.recipe.utils import set_per_site_config
 
-from nvflare_moon.client_api_recipes import MoonScriptRecipe
+from nvflare_moon.recipes import MoonScriptRecipe
 
 from .conftest import REPO, export_and_run
 from .site_images import write_image_folder

@@ -26,7 +26,7 @@ from nvflare_moon.data.site_report import (
     summarize,
     suppress,
 )
-from nvflare_moon.data_check_recipe import DataCheckRecipe
+from nvflare_moon.recipes import DataCheckRecipe
 from nvflare_moon.executors import DataCheckExecutor
 
 from .executor_harness import site_context

@@ -11,7 +11,7 @@ import pytest
 from nvflare.recipe.utils import set_per_site_config
 
 from nvflare_moon.data.site_data import SiteDataSettings, list_and_decode
-from nvflare_moon.data_check_recipe import DataCheckRecipe
+from nvflare_moon.recipes import DataCheckRecipe
 
 from .conftest import run_simulator
 from .site_images import write_image_folder, write_split

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import torch
 
-from nvflare_moon import submit
-from nvflare_moon.client_api_recipes import MoonScriptRecipe
+from nvflare_moon.ops import submit
+from nvflare_moon.recipes import MoonScriptRecipe
 from nvflare_moon.core.state import SiteStateStore
 from nvflare_moon.ops.continuation import last_global_model
 
@@ -280,7 +280,7 @@ def test_bad_updates_are_rejected_naming_the_site_and_no_valid_update_fails_the_
 
 def test_a_server_restart_during_a_job_is_reported_and_nothing_restarts_from_round_0(poc, outcomes):
     """NVFlare 2.9: the restarted server runs no job; the sites abort theirs; the job's status stays RUNNING for ever.
-    nvflare_moon.submit, waiting across the restart, reports the job as lost, and no site trains it again."""
+    nvflare_moon.ops.submit, waiting across the restart, reports the job as lost, and no site trains it again."""
     job_dir = export_tiny_moon(poc.root / "jobs", "moon_server_crash", ROUNDS)
     session = connect(poc.admin_kit, 60)
     try:

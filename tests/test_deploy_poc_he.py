@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from nvflare_moon import submit
+from nvflare_moon.ops import submit
 from nvflare_moon.executors.fedavg import HE_CLIENT_CONTEXT
 from nvflare_moon.recipes import FedProxRecipe
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from nvflare.lighter.utils import update_storage_locations
 
-from nvflare_moon import submit
-from nvflare_moon.data_check_recipe import DataCheckRecipe
+from nvflare_moon.ops import submit
+from nvflare_moon.recipes import DataCheckRecipe
 from nvflare_moon.recipes import MoonRecipe
 
 from .conftest import REPO
@@ -158,7 +158,7 @@ def test_two_hospitals_train_on_their_own_image_folders_at_paths_only_they_know(
     site_data = {"class_names": classes, "image_size": 16, "channels": 3}
 
     def submit_with_cli(job_dir: Path) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "nvflare_moon.submit", str(job_dir), "--startup-kit", str(kits / ADMIN)]
+        command = [sys.executable, "-m", "nvflare_moon.ops.submit", str(job_dir), "--startup-kit", str(kits / ADMIN)]
         command += ["--download", str(root / "hospital_results"), "--timeout", "240"]
         return subprocess.run(command, capture_output=True, text=True, timeout=300)
 

@@ -1,4 +1,4 @@
-"""The recipes' ``encryption`` option (``nvflare_moon.encryption``): what is refused at build and why, the job it
+"""The recipes' ``encryption`` option (``nvflare_moon.filters.encryption``): what is refused at build and why, the job it
 builds, and the site's part (weights by n_k, shapes of the decrypted model). The real run is
 ``tests/test_deploy_poc_he.py``."""
 

@@ -32,7 +32,7 @@ from nvflare_moon.core.prototypes import (
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.executors import FedSSCExecutor
 from nvflare_moon.models import Network
-from nvflare_moon.recipes import FedSSCRecipe
+from nvflare_moon.recipes import FedSSCRecipe, FedSSCScriptRecipe
 from nvflare_moon.server import PrototypeSharingAggregator
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
@@ -427,13 +427,27 @@ def test_aggregator_and_recipe_pass_the_exclusion_option(tmp_path):
     assert server["workflows"][0]["args"]["aggregator"]["args"]["exclude_own_prototype"] is True
 
 
-def test_mu_moon_defaults_to_moons_best_mu_for_the_dataset():
-    assert FedSSCRecipe().mu_moon == 5.0
-    assert FedSSCRecipe(dataset="cifar100").mu_moon == 1.0
-    assert FedSSCRecipe(dataset="tinyimagenet").mu_moon == 1.0
-    assert FedSSCRecipe(dataset="cifar100", mu_moon=3.0).mu_moon == 3.0
+def test_mu_defaults_to_moons_best_mu_for_the_dataset():
+    assert FedSSCRecipe().mu == 5.0
+    assert FedSSCRecipe(dataset="cifar100").mu == 1.0
+    assert FedSSCRecipe(dataset="tinyimagenet").mu == 1.0
+    assert FedSSCRecipe(dataset="cifar100", mu=3.0).mu == 3.0
     recipe = FedSSCRecipe(dataset="cifar100")
     assert recipe.moon_args()["mu"] == 1.0  # what the executor gets
+
+
+def test_the_old_name_mu_moon_still_works_for_one_release_with_a_warning(tmp_path):
+    with pytest.warns(DeprecationWarning, match=r"FedSSCRecipe\(mu_moon=\.\.\.\) is deprecated .* use mu="):
+        assert FedSSCRecipe(mu_moon=3.0).moon_args()["mu"] == 3.0
+    script = tmp_path / "client.py"
+    script.write_text("")
+    with pytest.warns(DeprecationWarning, match="FedSSCScriptRecipe"):
+        recipe = FedSSCScriptRecipe(
+            model=Network(), min_clients=2, train_script=str(script), num_classes=10, prototype_dim=256, mu_moon=3.0
+        )
+    assert recipe.client_settings()["moon_mu"] == 3.0
+    with pytest.raises(TypeError, match="give mu alone, not mu and mu_moon"):
+        FedSSCRecipe(mu=2.0, mu_moon=3.0)
 
 
 def test_site_reads_what_the_server_sent_and_refuses_what_does_not_fit():

@@ -7,7 +7,7 @@ import pytest
 from nvflare.recipe.utils import set_per_site_config
 
 from nvflare_moon.executors import FedAvgExecutor, MoonExecutor
-from nvflare_moon.export_jobs import JOBS, export_all
+from nvflare_moon.ops.export_jobs import JOBS, export_all
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import MoonRecipe
 
@@ -26,7 +26,7 @@ def test_committed_job_folders_are_exactly_what_the_recipes_export(tmp_path):
     export_all(str(tmp_path))
     for name in JOBS:
         assert not tree_differences(str(REPO / "jobs" / name), str(tmp_path / name)), (
-            f"jobs/{name} differs from its recipe: run python -m nvflare_moon.export_jobs"
+            f"jobs/{name} differs from its recipe: run python -m nvflare_moon.ops.export_jobs"
         )
 
 

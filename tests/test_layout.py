@@ -75,3 +75,47 @@ def test_the_package_has_no_import_circle():
     graph = import_graph()
     assert "nvflare_moon.ops.continuation" in graph["nvflare_moon.ops.resume_point"]  # the graph is read
     assert circles(graph) == []
+
+
+# layer -> the layers it may import (see docs/contributing.md): the framework-free core under everything, the server
+# never on the site side, and nothing in the product on the evidence (the benchmark, SOLO)
+FOUNDATION = {"core", "data", "models"}
+MAY_IMPORT = {
+    "core": FOUNDATION,
+    "data": FOUNDATION,
+    "models": FOUNDATION,
+    "client": FOUNDATION,
+    "executors": FOUNDATION,
+    "server": FOUNDATION,
+    "filters": FOUNDATION,
+    "sim": FOUNDATION,
+    "recipes": FOUNDATION | {"executors", "server", "filters", "sim", "ops"},
+    "ops": FOUNDATION | {"recipes", "server", "sim"},
+}
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1] if "." in module else "root"
+
+
+def layer_violations(graph: dict) -> list:
+    """``(importer, imported)`` pairs that cross the layers against :data:`MAY_IMPORT`."""
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if _layer(module) in MAY_IMPORT
+        and _layer(target) != _layer(module)
+        and _layer(target) not in MAY_IMPORT[_layer(module)]
+    )
+
+
+def test_the_layer_check_sees_a_server_module_importing_the_site_side():
+    graph = {"nvflare_moon.server.a": {"nvflare_moon.client.b", "nvflare_moon.core.c"}, "nvflare_moon.core.c": set()}
+    assert layer_violations(graph) == [("nvflare_moon.server.a", "nvflare_moon.client.b")]
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    graph = import_graph()
+    assert {_layer(m) for m in graph} - {"root"} <= set(MAY_IMPORT) | {"benchmark", "solo"}  # every folder is ruled
+    assert layer_violations(graph) == []

@@ -1,4 +1,4 @@
-"""The recipes' privacy and bandwidth options (nvflare_moon/privacy.py, docs/deployment.md "Privacy and bandwidth"):
+"""The recipes' privacy and bandwidth options (nvflare_moon/filters/privacy.py, docs/deployment.md "Privacy and bandwidth"):
 what our aggregators accept from NVFlare's filters, the refusals at recipe build, and each option in the simulator."""
 
 import json
@@ -16,7 +16,7 @@ from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivacy
 
 import nvflare_moon.server as server
-from nvflare_moon.client_api_recipes import MoonScriptRecipe
+from nvflare_moon.recipes import MoonScriptRecipe
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import (
     FedAvgBaselineRecipe,

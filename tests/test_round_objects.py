@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from nvflare_moon.client import PTFedSiamDAHelper, PTFedSSCHelper, PTMoonHelper
-from nvflare_moon.client_api_recipes import FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe
+from nvflare_moon.recipes import FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe
 from nvflare_moon.core.fedsiam_da import FedSiamDASettings
 from nvflare_moon.core.fedssc import FedSSCSettings
 from nvflare_moon.core.moon import MoonSettings
@@ -148,7 +148,7 @@ def test_the_script_recipes_take_every_option_and_send_the_settings_dataclass(tm
     for options in MOON_OPTIONS:
         assert MoonScriptRecipe(**common, **options).client_settings() == MoonSettings(**options).to_meta()
     fedssc = {"mu_glob": 2.0, "prototype_clip_norm": 0.5, "light_history": True, "mu_off_rounds": 2}
-    recipe = FedSSCScriptRecipe(**common, num_classes=10, prototype_dim=256, mu_moon=3.0, **fedssc)
+    recipe = FedSSCScriptRecipe(**common, num_classes=10, prototype_dim=256, mu=3.0, **fedssc)
     expected = {
         **MoonSettings(mu=3.0, light_history=True, mu_off_rounds=2).to_meta(),
         **FedSSCSettings(mu_glob=2.0, prototype_clip_norm=0.5).to_meta(),

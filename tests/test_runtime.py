@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from nvflare_moon import runtime
+from nvflare_moon.core import runtime
 
 
 def test_worker_count_is_read_from_the_simulator_command_line(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""A simulator run killed part-way and continued with ``python -m nvflare_moon.resume`` ends exactly where the same run
+"""A simulator run killed part-way and continued with ``python -m nvflare_moon.ops.resume_point`` ends exactly where the same run
 without the interruption ends: the same accuracy in every round and the same final global model, bit for bit.
 
 Each method runs its 4-round job three times on tiny synthetic data (two sites): once through, once killed (SIGKILL
@@ -77,7 +77,7 @@ def test_a_killed_run_continued_gives_the_uninterrupted_runs_rounds_and_final_mo
     interrupted = tmp_path / "interrupted"
     run_and_kill(job, interrupted, n=2, t=threads)
     continued = subprocess.run(
-        [sys.executable, "-m", "nvflare_moon.resume", "--workspace", str(interrupted), "-n", "2", "-t", str(threads)],
+        [sys.executable, "-m", "nvflare_moon.ops.resume_point", "--workspace", str(interrupted), "-n", "2", "-t", str(threads)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -1,4 +1,4 @@
-"""nvflare_moon.submit without a federation: reading NVFlare's logs, the submit token, a job lost to a server
+"""nvflare_moon.ops.submit without a federation: reading NVFlare's logs, the submit token, a job lost to a server
 restart, locating the downloaded results. With a real federation: test_deploy_poc.py, test_deploy_provisioned.py."""
 
 from types import SimpleNamespace
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from nvflare.fuel.flare_api.api_spec import NoConnection
 
-from nvflare_moon.submit import (
+from nvflare_moon.ops.submit import (
     JobFailed,
     JobLost,
     JobResults,

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..data import DATASETS
-from ..runtime import resolve_device
-from ..validation import check_choice, check_number
+from ..core.runtime import resolve_device
+from ..core.validation import check_choice, check_number
 
 
 @dataclass(frozen=True)

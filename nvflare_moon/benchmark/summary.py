@@ -140,36 +140,7 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
             markdown_table(LOCAL_FIGURE_HEADERS, local_rows),
             "",
         ]
-    speed_rows = rounds_to_target_rows(groups, dataset)
-    if speed_rows:
-        lines += [
-            "## Rounds to reach FedAvg's final accuracy (Table 2 style)",
-            "",
-            "The comparison is paired: each method's target is FedAvg's final accuracy at the seeds the method ran "
-            "(each seed draws its own partition), mean over those seeds, and its rounds are counted on its mean curve "
-            "over them. Speed-up as the paper's Table 2 counts it: FedAvg's total rounds / the method's rounds "
-            "(FedAvg: 1× by definition). The stricter speed-up divides instead the round at which FedAvg's own mean "
-            "curve over the same seeds first reached the target, which is earlier when its accuracy levelled off.",
-            "",
-            markdown_table(
-                [
-                    "method",
-                    "β",
-                    "seeds",
-                    "target %",
-                    "rounds to target / total",
-                    "FedAvg first reaches it at round",
-                    "speed-up (paper's count)",
-                    "speed-up against FedAvg's first reach",
-                    "published speed-up, at the paper's settings",
-                ],
-                speed_rows,
-            ),
-            "",
-        ]
-        left_out = unpaired_groups(groups)
-        if left_out:
-            lines += [f"Left out, as FedAvg has not run at all their seeds: {'; '.join(left_out)}.", ""]
+    lines += _rounds_to_target(groups, dataset)
     if len({beta for _, beta in groups}) > 1:
         headers, rows = beta_sweep_rows(groups)
         title = "## Heterogeneity: final top-1 % per Dirichlet β (Table 4 style)"
@@ -181,6 +152,42 @@ def _tables(groups, dataset: str, records: Sequence[Dict]) -> List[str]:
         lines += ["Published numbers (quoted, not reproduced):", ""]
         lines += [f"- {p.method} {p.metric} {p.value:g}: {p.source}, {p.where}; settings: {p.settings}." for p in notes]
         lines.append("")
+    return lines
+
+
+def _rounds_to_target(groups, dataset: str) -> List[str]:
+    """Table 2: rounds to FedAvg's final accuracy, paired by seed; empty where FedAvg did not run."""
+    speed_rows = rounds_to_target_rows(groups, dataset)
+    if not speed_rows:
+        return []
+    lines = [
+        "## Rounds to reach FedAvg's final accuracy (Table 2 style)",
+        "",
+        "The comparison is paired: each method's target is FedAvg's final accuracy at the seeds the method ran "
+        "(each seed draws its own partition), mean over those seeds, and its rounds are counted on its mean curve "
+        "over them. Speed-up as the paper's Table 2 counts it: FedAvg's total rounds / the method's rounds "
+        "(FedAvg: 1× by definition). The stricter speed-up divides instead the round at which FedAvg's own mean "
+        "curve over the same seeds first reached the target, which is earlier when its accuracy levelled off.",
+        "",
+        markdown_table(
+            [
+                "method",
+                "β",
+                "seeds",
+                "target %",
+                "rounds to target / total",
+                "FedAvg first reaches it at round",
+                "speed-up (paper's count)",
+                "speed-up against FedAvg's first reach",
+                "published speed-up, at the paper's settings",
+            ],
+            speed_rows,
+        ),
+        "",
+    ]
+    left_out = unpaired_groups(groups)
+    if left_out:
+        lines += [f"Left out, as FedAvg has not run at all their seeds: {'; '.join(left_out)}.", ""]
     return lines
 
 

@@ -1,6 +1,6 @@
 """Client API helpers: MOON, FedSSC and FedSiam-DA inside a user's own NVFlare training script
 (``flare.init() / receive() / send()``), on the same core (:mod:`nvflare_moon.core`) as the executors. Run the script
-with the recipes in :mod:`nvflare_moon.client_api_recipes`. See ``docs/client_api.md``."""
+with the recipes in :mod:`nvflare_moon.recipes`. See ``docs/client_api.md``."""
 
 from .fedsiam_da import PTFedSiamDAHelper
 from .moon import PTFedSSCHelper, PTMoonHelper

@@ -13,7 +13,7 @@
 
 The round is :class:`~nvflare_moon.core.fedsiam_da.FedSiamDARound`, the object
 :class:`~nvflare_moon.executors.FedSiamDAExecutor` trains with, and the settings are
-:class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings` as :class:`~nvflare_moon.client_api_recipes.FedSiamDAScriptRecipe`
+:class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings` as :class:`~nvflare_moon.recipes.FedSiamDAScriptRecipe`
 sends them.
 """
 
@@ -54,7 +54,7 @@ class PTFedSiamDAHelper:
     """FedSiam-DA's Siamese and history terms for a Client API script: ``loss = your_loss + helper.loss(x, z)``.
 
     :meth:`start_round` reads the settings (:class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings`) from the meta (sent by
-    :class:`~nvflare_moon.client_api_recipes.FedSiamDAScriptRecipe`), makes the trainable working copy of the received
+    :class:`~nvflare_moon.recipes.FedSiamDAScriptRecipe`), makes the trainable working copy of the received
     global model with an optimizer like yours, and loads the site's previous upload as the history model;
     :meth:`start_epoch` takes the epoch history snapshot; :meth:`step` steps the working copy after your optimizer;
     :meth:`save_local_model` stores the trained model in the job's run folder (see :mod:`nvflare_moon.client.state`).

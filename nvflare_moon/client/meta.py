@@ -1,4 +1,4 @@
-"""What travels in ``FLModel.meta`` between the Client API recipes (:mod:`nvflare_moon.client_api_recipes`) and the
+"""What travels in ``FLModel.meta`` between the Client API recipes (:mod:`nvflare_moon.recipes`) and the
 helpers (:mod:`nvflare_moon.client`). Every value is numpy or plain Python (a torch tensor there crashes the server).
 The settings are written and read by their dataclasses (:class:`~nvflare_moon.core.moon.MoonSettings`,
 :class:`~nvflare_moon.core.fedssc.FedSSCSettings`, :class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings`): each

@@ -29,7 +29,7 @@ from ..core.fedssc import FedSSCRound, FedSSCSettings
 from ..core.moon import MoonRound, MoonSettings
 from ..core.objectives import Representation, projection_of
 from ..core.training import TermMeans
-from ..validation import check_number
+from ..core.validation import check_number
 from .common import check_received_weights, check_upload_count, site_identity
 from .meta import NUM_SAMPLES
 from .uploads import ScriptUploads
@@ -42,7 +42,7 @@ class PTMoonHelper:
 
     Every round, after loading the received weights into ``model``: :meth:`start_round` reads the settings from the
     meta (:class:`~nvflare_moon.core.moon.MoonSettings`, sent by
-    :class:`~nvflare_moon.client_api_recipes.MoonScriptRecipe`) and starts the round (a frozen copy of the global
+    :class:`~nvflare_moon.recipes.MoonScriptRecipe`) and starts the round (a frozen copy of the global
     model, this site's last m saved models); :meth:`loss` gives μ·ℓ_con (or the ℓ2 ablation) for a batch;
     :meth:`save_local_model` stores the trained model for the next rounds, in the job's run folder on the site (see
     :mod:`nvflare_moon.client.state`), so that MOON is the same algorithm when NVFlare restarts the script for every
@@ -171,7 +171,7 @@ class PTFedSSCHelper(PTMoonHelper):
     the term is dropped), :meth:`loss` adds μ_glob·ℓ_glob and keeps the per-class mean of z, and :meth:`upload_meta`
     returns the class means and counts to send. The paper keeps the means of the last local epoch: call
     :meth:`record_class_means` before it (without the call, the means cover the whole round). Run with
-    :class:`~nvflare_moon.client_api_recipes.FedSSCScriptRecipe`.
+    :class:`~nvflare_moon.recipes.FedSSCScriptRecipe`.
 
     Args:
         num_classes: K, the number of classes (the prototypes are K × D, D the size of z).

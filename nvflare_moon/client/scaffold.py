@@ -26,7 +26,7 @@ from .state import script_state_store
 
 class PTPersistentScaffoldHelper:
     """SCAFFOLD (option II) for a Client API script, speaking NVFlare's format (``meta["scaffold_c_global"]`` in,
-    ``meta["scaffold_c_diff"]`` out); run with :class:`~nvflare_moon.client_api_recipes.ScaffoldScriptRecipe`.
+    ``meta["scaffold_c_diff"]`` out); run with :class:`~nvflare_moon.recipes.ScaffoldScriptRecipe`.
 
     Args:
         model: the network being trained.

@@ -11,7 +11,7 @@ import zlib
 
 import torch
 
-from ..validation import check_number
+from .validation import check_number
 
 
 class FeatureNoise:

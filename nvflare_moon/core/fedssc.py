@@ -16,7 +16,7 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import torch
 
-from ..validation import check_number
+from .validation import check_number
 from .moon import MoonRound
 from .objectives import FedSSCObjective
 from .prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPES, prepare_upload, read_shared_prototypes

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch.nn as nn
 
 from ..models import ProjectionHead, ProjectionModel
-from ..validation import check_choice, check_flag, check_number
+from .validation import check_choice, check_flag, check_number
 from .feature_noise import FeatureNoise
 from .objectives import LightHistoryMoonObjective, MoonObjective, RepresentationL2Objective, projection_of
 from .previous_uploads import StoredUploads

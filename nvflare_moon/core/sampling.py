@@ -11,7 +11,7 @@ from typing import List, Sequence
 
 import numpy as np
 
-from ..validation import check_number
+from .validation import check_number
 
 
 def natural_order(name: str) -> list:

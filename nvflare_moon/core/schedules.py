@@ -6,7 +6,7 @@ and can then raise μ linearly over R rounds. It depends on the round number alo
 restarted for every task (the simulator with ``-t < -n``) and a continued job apply the same μ in the same round.
 """
 
-from ..validation import check_number
+from .validation import check_number
 
 
 def check_mu_schedule(mu: float, mu_off_rounds: int, mu_ramp_rounds: int) -> None:

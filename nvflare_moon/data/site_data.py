@@ -29,7 +29,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
-from ..validation import check_choice, check_flag, check_number
+from ..core.validation import check_choice, check_flag, check_number
 from .datasets import ImageArrays
 from .image_cache import DecodedImages, load_or_decode_images
 from .site_files import SITE_DATASETS, SiteDataError, check_class_names, list_site_files

@@ -22,7 +22,7 @@ from nvflare.apis.signal import Signal
 from ..data.site_data import list_and_decode, site_data_settings
 from ..data.site_files import SITE_DATASETS, SiteDataError, resolve_site_root
 from ..data.site_report import DATA_CHECK_TASK, REPORT_KEY, redact_paths, site_report
-from ..validation import check_choice, check_number
+from ..core.validation import check_choice, check_number
 
 
 class DataCheckExecutor(Executor):

@@ -48,8 +48,8 @@ from ..data.site_data import site_data_settings
 from ..data.site_files import SITE_DATASETS, resolve_site_root
 from ..data.sources import PartitionedSource, SiteImagesSource, TorchDatasetSource, dataset_batches
 from ..models import check_num_classes
-from ..runtime import resolve_device, resolve_num_threads
-from ..validation import JOB_REFUSED_HEADER, check_choice, check_flag, check_number
+from ..core.runtime import resolve_device, resolve_num_threads
+from ..core.validation import JOB_REFUSED_HEADER, check_choice, check_flag, check_number
 from .site_identity import check_site_identity
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``

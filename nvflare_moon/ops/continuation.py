@@ -8,7 +8,7 @@ Two cases, one mechanism (:func:`write_continuation`):
   holds the last global model, ``workspace/app_server/FL_global_model.pt``, with the round that produced it in its
   ``meta_props``, and every site keeps its state for the job in its run folder ``<site>/<job_id>/``, which NVFlare
   does not delete. :func:`make_continuation_job` turns the result into the continuation;
-  ``python -m nvflare_moon.submit --resume JOB_ID`` does it all through the FLARE API.
+  ``python -m nvflare_moon.ops.submit --resume JOB_ID`` does it all through the FLARE API.
 - **The simulator.** A run that was stopped (a time limit, Ctrl-C, a closed laptop) leaves the same in its workspace,
   but the simulator wipes its workspace when it starts. So the state is first saved into a **resume point**
   (:func:`~nvflare_moon.ops.resume_point.save_resume_point`), a small folder that can be kept or committed::
@@ -20,7 +20,7 @@ Two cases, one mechanism (:func:`write_continuation`):
       sites/<site>/<name>.pt each site's state (MOON's previous models, SCAFFOLD's control, ...)
 
   and :func:`~nvflare_moon.ops.resume_point.make_simulator_continuation` builds the continuation from it (both in
-  :mod:`nvflare_moon.ops.resume_point`). ``python -m nvflare_moon.resume --workspace WS`` does both and runs it (see
+  :mod:`nvflare_moon.ops.resume_point`). ``python -m nvflare_moon.ops.resume_point --workspace WS`` does both and runs it (see
   :func:`~nvflare_moon.ops.resume_point.main`); the benchmark continues its runs in the same way.
 
 The continuation job is the job as it was, except that the server's ``FedAvg`` gets ``start_round`` = k + 1 and

@@ -1,6 +1,6 @@
 """The simulator's resume point: a small folder holding a stopped simulator run's last aggregated round, every site's
 state and the job, from which :mod:`nvflare_moon.ops.continuation` builds the continuation (see its docstring), and the command
-line ``python -m nvflare_moon.resume``."""
+line ``python -m nvflare_moon.ops.resume_point``."""
 
 import argparse
 import datetime
@@ -290,7 +290,7 @@ def _read_jsonl(path: str) -> List[Dict[str, Any]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m nvflare_moon.resume",
+        prog="python -m nvflare_moon.ops.resume_point",
         description="Continue a stopped simulator run of an nvflare_moon job from its last aggregated round, with "
         "every site's state. The state is first saved into a resume point (default WORKSPACE_resume), because the "
         "simulator wipes its workspace; the continuation then runs in WORKSPACE, and its global_metrics.jsonl gets "

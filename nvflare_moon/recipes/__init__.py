@@ -7,7 +7,7 @@ Every recipe builds the same server (NVFlare's ``FedAvg`` controller, or :class:
 ``sample_fraction < 1``, with our weighted aggregator, a ``PTFileModelPersistor`` and the once-per-round
 :class:`GlobalModelEvaluator`) and differs in the client executor and, for SCAFFOLD, FedProx and FedSSC, in what the
 server sends beside the model (FedSiam-DA also changes how the aggregator combines the models).
-The committed folders in ``jobs/`` are exported from these recipes (``python -m nvflare_moon.export_jobs``).
+The committed folders in ``jobs/`` are exported from these recipes (``python -m nvflare_moon.ops.export_jobs``).
 
 Every recipe is a PyTorch recipe to NVFlare's helpers (``framework``, and the persistor's id in ``_job.comp_ids``),
 its executors answer ``validate`` and ``submit_model``, and its clients forward analytics events to the server, so::
@@ -16,7 +16,7 @@ its executors answer ``validate`` and ``submit_model``, and its clients forward 
     add_experiment_tracking(recipe, "mlflow")     # the sites' metrics, streamed through NVFlare
 
 One module per method (``moon.py`` holds :class:`MoonRecipe`, :class:`MoonScriptRecipe` and :data:`MOON_MU`); the
-Client API recipes (``*ScriptRecipe``) are also importable from :mod:`nvflare_moon.client_api_recipes`.
+Client API recipes are the ``*ScriptRecipe`` classes.
 """
 
 from .data_check import DATA_CHECK_PER_SITE_KEYS, DataCheckRecipe

@@ -20,7 +20,7 @@ from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..data.site_report import DATA_CHECK_TASK
 from ..executors.data_check import DataCheckExecutor
-from ..recipe_sites import (
+from .sites import (
     add_client_apps,
     allow_plugin_in_simulation,
     byoc_marker,
@@ -29,7 +29,7 @@ from ..recipe_sites import (
 )
 from ..server import DataCheckController
 from ..sim.fixes import COMPONENT_ID, SimulatorFixes
-from ..validation import check_flag, check_number
+from ..core.validation import check_flag, check_number
 
 # what set_per_site_config may set for one site in a data check: where its data is
 DATA_CHECK_PER_SITE_KEYS = ("data_root",)

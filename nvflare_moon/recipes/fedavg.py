@@ -18,10 +18,10 @@ from ..core.sampling import sites_per_round
 from ..data import DATASETS, NUM_CLASSES
 from ..data.site_data import site_data_settings
 from ..data.site_files import SITE_DATASETS
-from ..encryption import add_encrypted_server, add_encryption_filters, check_encryption
+from ..filters.encryption import add_encrypted_server, add_encryption_filters, check_encryption
 from ..executors import FedAvgExecutor
 from ..models import Network
-from ..privacy import (
+from ..filters.privacy import (
     add_update_filters,
     check_privacy_filters,
     check_quantization,
@@ -29,7 +29,7 @@ from ..privacy import (
     sends_weight_diff,
     withholds_entries,
 )
-from ..recipe_sites import (
+from .sites import (
     add_client_apps,
     allow_plugin_in_simulation,
     byoc_marker,
@@ -47,7 +47,7 @@ from ..server import (
 )
 from ..server.evaluator import check_key_metric
 from ..sim.fixes import COMPONENT_ID, SimulatorFixes
-from ..validation import check_number
+from ..core.validation import check_number
 
 # The constructor's arguments kept on the recipe under their own names, and those every site's executor takes as they are.
 STORED_ARGUMENTS = (
@@ -128,8 +128,8 @@ class FedAvgBaselineRecipe(Recipe):
             ``"float16"``, ``"adaquant"`` (CPU), ``"blockwise8"``, ``"float4"``, ``"normfloat4"`` (NVFlare runs these
             three on a GPU, at the server and every site). None: off. Needs bitsandbytes (extra ``compression``).
         privacy_filters: NVFlare's ``PercentilePrivacy``, ``SVTPrivacy`` or ``ExcludeVars`` instances, applied in
-            this order to the sites' train results (see :mod:`nvflare_moon.privacy`). Refused for SCAFFOLD.
-        encryption: ``"ckks"``: aggregate under NVFlare's homomorphic encryption (see :mod:`nvflare_moon.encryption`),
+            this order to the sites' train results (see :mod:`nvflare_moon.filters.privacy`). Refused for SCAFFOLD.
+        encryption: ``"ckks"``: aggregate under NVFlare's homomorphic encryption (see :mod:`nvflare_moon.filters.encryption`),
             on a federation provisioned with its ``HEBuilder``; needs ``server_evaluation=False`` and none of
             ``quantization``, ``privacy_filters``, ``sample_fraction < 1``, ``stop_cond``. FedAvg, FedProx and MOON.
             None: off.

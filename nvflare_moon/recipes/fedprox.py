@@ -6,7 +6,7 @@ from nvflare.apis.executor import Executor
 from nvflare.app_common.app_constant import AlgorithmConstants
 
 from ..executors import FedProxExecutor
-from ..validation import check_number
+from ..core.validation import check_number
 from .fedavg import FedAvgBaselineRecipe
 
 

@@ -9,10 +9,10 @@ from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from ..core.dual_aggregation import VECTORS
 from ..core.fedsiam_da import FedSiamDASettings
 from ..core.settings import settings_from_arguments
-from ..encryption import WHY_NOT_ENCRYPTED
+from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..executors import FedSiamDAExecutor
 from ..server import DualAggregator
-from ..validation import check_choice, check_number
+from ..core.validation import check_choice, check_number
 from .fedavg import FedAvgBaselineRecipe
 from .script import ClientAPIRecipe
 

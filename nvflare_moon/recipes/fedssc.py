@@ -8,7 +8,8 @@ from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from ..core.fedssc import FedSSCSettings
 from ..core.moon import MoonSettings
 from ..core.settings import settings_from_arguments
-from ..encryption import WHY_NOT_ENCRYPTED
+from ..core.validation import take_renamed
+from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..executors import FedSSCExecutor
 from ..server import PrototypeSharingAggregator
 from .moon import MoonRecipe, MoonScriptRecipe
@@ -19,8 +20,9 @@ class FedSSCRecipe(MoonRecipe):
     draws from the sites (:class:`PrototypeSharingAggregator`) and sends back with the next global model.
 
     Args:
-        mu_moon: weight of MOON's term; None (default): MOON's best μ for the dataset, as the paper says
-            (:data:`MOON_MU`: 5 for CIFAR-10, 1 for CIFAR-100 and Tiny-ImageNet).
+        mu: μ_moon, the weight of MOON's term; None (default): MOON's best μ for the dataset, as the paper says
+            (:data:`MOON_MU`: 5 for CIFAR-10, 1 for CIFAR-100 and Tiny-ImageNet). ``mu_moon``, its old name, is
+            accepted until the next release, with a DeprecationWarning.
         mu_glob: weight of the prototype term (paper: 1).
         temperature: τ of both terms (paper: 0.5).
         num_previous_models: as for MOON (paper: 1).
@@ -30,8 +32,7 @@ class FedSSCRecipe(MoonRecipe):
         prototype_noise_std: σ of the Gaussian noise added to uploaded prototypes (0: off).
         exclude_own_prototype: a site never gets its own class mean back as a prototype (default False; see
             :class:`PrototypeSharingAggregator`).
-        **kwargs: every :class:`MoonRecipe` argument but ``mu`` and ``representation_loss`` (the cold start schedules
-            μ_moon) and every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
+        **kwargs: every :class:`MoonRecipe` argument but ``representation_loss`` (the cold start schedules μ_moon) and every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
     """
 
     option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedssc"]}
@@ -40,7 +41,7 @@ class FedSSCRecipe(MoonRecipe):
         self,
         *,
         name: str = "fedssc_cifar10",
-        mu_moon: Optional[float] = None,
+        mu: Optional[float] = None,
         mu_glob: float = FedSSCSettings.mu_glob,
         temperature: float = MoonSettings.temperature,
         num_previous_models: int = MoonSettings.num_previous_models,
@@ -50,15 +51,13 @@ class FedSSCRecipe(MoonRecipe):
         exclude_own_prototype: bool = False,
         **kwargs,
     ):
+        mu = take_renamed(kwargs, "mu_moon", "mu", mu, None, owner="FedSSCRecipe")
         self.mu_glob = mu_glob
         self.min_class_count = min_class_count
         self.prototype_clip_norm = prototype_clip_norm
         self.prototype_noise_std = prototype_noise_std
         self.exclude_own_prototype = exclude_own_prototype
-        super().__init__(
-            name=name, mu=mu_moon, temperature=temperature, num_previous_models=num_previous_models, **kwargs
-        )
-        self.mu_moon = self.mu  # as MoonRecipe resolved it
+        super().__init__(name=name, mu=mu, temperature=temperature, num_previous_models=num_previous_models, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return FedSSCExecutor(
@@ -88,7 +87,8 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
     Args:
         num_classes: K.
         prototype_dim: D, the size of the representation z the script's helper contrasts.
-        mu_moon: μ of MOON's term (paper: 5 for CIFAR-10).
+        mu: μ_moon, the weight of MOON's term (paper: 5 for CIFAR-10); ``mu_moon``, its old name, is accepted until
+            the next release, with a DeprecationWarning.
         mu_glob: μ_glob ≥ 0 of the prototype term (paper: 1).
         temperature: τ of both terms (paper: 0.5).
         num_previous_models: m, as for MOON.
@@ -109,7 +109,7 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         name: str = "fedssc_script",
         num_classes: int,
         prototype_dim: int,
-        mu_moon: float = MoonSettings.mu,
+        mu: float = MoonSettings.mu,
         mu_glob: float = FedSSCSettings.mu_glob,
         temperature: float = MoonSettings.temperature,
         num_previous_models: int = MoonSettings.num_previous_models,
@@ -120,15 +120,13 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         exclude_own_prototype: bool = False,
         **kwargs,
     ):
+        mu = take_renamed(kwargs, "mu_moon", "mu", mu, MoonSettings.mu, owner="FedSSCScriptRecipe")
         self.fedssc_settings = settings_from_arguments(FedSSCSettings, locals(), self)
         self.num_classes = num_classes
         self.prototype_dim = prototype_dim
-        self.mu_moon = mu_moon
         self.seed = seed
         self.exclude_own_prototype = exclude_own_prototype
-        super().__init__(
-            name=name, mu=mu_moon, temperature=temperature, num_previous_models=num_previous_models, **kwargs
-        )
+        super().__init__(name=name, mu=mu, temperature=temperature, num_previous_models=num_previous_models, **kwargs)
 
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(

@@ -5,9 +5,9 @@ from typing import Any, Dict
 from nvflare.apis.executor import Executor
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 
-from ..encryption import WHY_NOT_ENCRYPTED
+from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..executors import ScaffoldExecutor
-from ..privacy import SCAFFOLD_LIMITS
+from ..filters.privacy import SCAFFOLD_LIMITS
 from ..server import ScaffoldAggregator
 from .fedavg import FedAvgBaselineRecipe
 from .script import ClientAPIRecipe

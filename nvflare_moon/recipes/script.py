@@ -1,5 +1,5 @@
 """The base of the Client API recipes: NVFlare's ``FedAvgRecipe`` with our aggregator and the method's settings in
-every training model's meta (see :mod:`nvflare_moon.client_api_recipes`)."""
+every training model's meta (see :mod:`nvflare_moon.recipes`)."""
 
 from typing import Any, Dict, Optional
 
@@ -7,7 +7,7 @@ from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
 
-from ..privacy import (
+from ..filters.privacy import (
     add_update_filters,
     check_quantization,
 )

@@ -10,7 +10,7 @@ from nvflare.app_common.app_constant import AppConstants
 
 from ..core.aggregation import NUM_SAMPLES, full_update, normalized_weights, update_problem, weighted_average
 from ..core.site_metrics import weighted_metric_means
-from ..validation import check_flag
+from ..core.validation import check_flag
 
 
 class SiteUpdate(NamedTuple):

@@ -8,7 +8,7 @@ from nvflare.app_common.abstract.fl_model import FLModel
 
 from ..core.aggregation import Params
 from ..core.dual_aggregation import VECTORS, DualAggregation, dual_aggregate
-from ..validation import check_choice, check_number
+from ..core.validation import check_choice, check_number
 from .aggregators import WeightedFedAvgAggregator
 
 DUAL_WEIGHTS = "site_dual_weights"  # ξ_k per site; "site_" keys reach TensorBoard and global_metrics.jsonl

@@ -27,8 +27,8 @@ from ..core.training import clinical_evaluation, evaluate
 from ..core.weights import load_numpy_state
 from ..data import DATASETS, TensorBatchLoader, load_dataset, test_transform
 from ..models import check_num_classes
-from ..runtime import resolve_device, resolve_num_threads
-from ..validation import check_choice, check_flag, check_number
+from ..core.runtime import resolve_device, resolve_num_threads
+from ..core.validation import check_choice, check_flag, check_number
 
 METRICS_FILENAME = "global_metrics.jsonl"
 # the sites' local metrics whose spread across sites is recorded (see FedAvgExecutor): the received global model's,

@@ -11,7 +11,7 @@ import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel
 
 from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, select_prototypes, usable_class_means
-from ..validation import check_flag, check_number
+from ..core.validation import check_flag, check_number
 from .aggregators import WeightedFedAvgAggregator
 
 PROTOTYPE_CLASSES = "site_prototype_classes"  # per site, how many classes' prototypes were drawn from it

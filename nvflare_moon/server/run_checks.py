@@ -16,7 +16,7 @@ from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.app_event_type import AppEventType
 
 from ..data import check_site_shards
-from ..validation import JOB_REFUSED_HEADER, check_number
+from ..core.validation import JOB_REFUSED_HEADER, check_number
 
 
 class ShardCoverageCheck(FLComponent):

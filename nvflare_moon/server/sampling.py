@@ -3,7 +3,7 @@
 from nvflare.app_common.workflows.fedavg import FedAvg
 
 from ..core.sampling import check_sample_fraction, sample_sites
-from ..validation import check_number
+from ..core.validation import check_number
 
 
 class SampledFedAvg(FedAvg):

@@ -1,6 +1,6 @@
 """A method's settings sent with every training model, as NVFlare's own ``fedprox_mu`` travels to FedProx scripts:
 by NVFlare's FedAvg controller (:class:`SettingsFedAvg`, how the Client API recipes of
-:mod:`nvflare_moon.client_api_recipes` give the sites' helpers μ, τ, m and the rest), or beside any workflow
+:mod:`nvflare_moon.recipes` give the sites' helpers μ, τ, m and the rest), or beside any workflow
 (:class:`TrainTaskSettings`, for NVFlare's ``ScatterAndGather`` under encrypted aggregation)."""
 
 from typing import Any, Dict, Optional

@@ -5,7 +5,7 @@ from typing import Dict, List
 
 from nvflare.apis.fl_component import FLComponent
 
-from ..validation import check_flag
+from ..core.validation import check_flag
 from .schedule import schedule_simulator_sites
 from .sites import keep_simulator_site_names_apart
 from .workers import start_simulator_workers_warm

@@ -17,7 +17,7 @@ from nvflare.recipe import SimEnv
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from net import Net  # noqa: E402
-from nvflare_moon.client_api_recipes import FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe  # noqa: E402
+from nvflare_moon.recipes import FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -63,7 +63,7 @@ def main():
             train_script=os.path.join(HERE, "client_fedssc.py"),
             num_classes=10,
             prototype_dim=84,
-            mu_moon=5.0,
+            mu=5.0,
             mu_glob=1.0,
             min_class_count=2,
             seed=args.seed,

@@ -1,7 +1,7 @@
 """The recipes' privacy and bandwidth options: NVFlare's quantization and privacy filters wired into a job, and the
 refusal of a combination that a method cannot support (``docs/deployment.md``, "Privacy and bandwidth").
 
-* ``quantization``: NVFlare's ``ModelQuantizer`` (:mod:`nvflare_moon.quantization`: integer entries pass) on what leaves the server and the sites, ``ModelDequantizer`` on what
+* ``quantization``: NVFlare's ``ModelQuantizer`` (:mod:`nvflare_moon.filters.quantization`: integer entries pass) on what leaves the server and the sites, ``ModelDequantizer`` on what
   arrives, for every task. Only the weights are quantized; what travels in the meta (FedSSC's prototypes, SCAFFOLD's
   controls) and everything a site keeps stays in full precision.
 * ``privacy_filters``: NVFlare's ``PercentilePrivacy``, ``SVTPrivacy`` and ``ExcludeVars`` on the sites' train
@@ -17,7 +17,7 @@ from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivac
 from nvflare.app_opt.pt.quantization.constant import QUANTIZATION_TYPE
 from nvflare.recipe.spec import Recipe
 
-from .validation import check_optional_choice
+from ..core.validation import check_optional_choice
 
 QUANTIZATION_CHOICES = tuple(q.lower() for q in QUANTIZATION_TYPE)
 PRIVACY_FILTERS = (PercentilePrivacy, SVTPrivacy, ExcludeVars)

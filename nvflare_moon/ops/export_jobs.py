@@ -1,6 +1,6 @@
 """Write the committed job folders in ``jobs/`` from the recipes, so that the two cannot drift apart.
 
-    python -m nvflare_moon.export_jobs [DEST]        # DEST defaults to ./jobs
+    python -m nvflare_moon.ops.export_jobs [DEST]        # DEST defaults to ./jobs
 
 A test exports into a temporary folder and compares it with ``jobs/`` file by file.
 """
@@ -13,7 +13,7 @@ from typing import Callable, Dict
 
 from nvflare.recipe.spec import Recipe
 
-from .recipes import FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe
+from ..recipes import FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe
 
 # job folder name -> the recipe with the papers' settings for it
 JOBS: Dict[str, Callable[[], Recipe]] = {
@@ -21,7 +21,7 @@ JOBS: Dict[str, Callable[[], Recipe]] = {
     "fedavg_cifar10": lambda: FedAvgBaselineRecipe(name="fedavg_cifar10"),
     "fedprox_cifar10": lambda: FedProxRecipe(name="fedprox_cifar10", mu=0.01),
     "scaffold_cifar10": lambda: ScaffoldRecipe(name="scaffold_cifar10"),
-    "fedssc_cifar10": lambda: FedSSCRecipe(name="fedssc_cifar10", mu_moon=5.0, mu_glob=1.0, temperature=0.5),
+    "fedssc_cifar10": lambda: FedSSCRecipe(name="fedssc_cifar10", mu=5.0, mu_glob=1.0, temperature=0.5),
     "fedsiam_da_cifar10": lambda: FedSiamDARecipe(name="fedsiam_da_cifar10", mu=0.01, history="epoch"),
     "moon_cifar100": lambda: MoonRecipe(name="moon_cifar100", dataset="cifar100", arch="resnet50", mu=1.0),
     "fedavg_cifar100": lambda: FedAvgBaselineRecipe(name="fedavg_cifar100", dataset="cifar100", arch="resnet50"),

@@ -1,7 +1,7 @@
 """Submit a job to a running federation (POC or production) with NVFlare's FLARE API, wait for it, fetch its results.
 
-    python -m nvflare_moon.submit jobs/moon_cifar10 --startup-kit /path/to/admin@org.example --download results/
-    python -m nvflare_moon.submit --resume FAILED_JOB_ID --startup-kit /path/to/admin@org.example --download results/
+    python -m nvflare_moon.ops.submit jobs/moon_cifar10 --startup-kit /path/to/admin@org.example --download results/
+    python -m nvflare_moon.ops.submit --resume FAILED_JOB_ID --startup-kit /path/to/admin@org.example --download results/
 
 The same as ``nvflare job submit -j DIR``, ``nvflare job wait ID`` and ``nvflare job download ID -o OUT``, plus five
 things NVFlare leaves to the user:
@@ -64,7 +64,7 @@ class JobResults:
     """A downloaded job result (``<dest>/<job_id>``) and where our server components wrote into it."""
 
     def __init__(self, root: str):
-        from .server.evaluator import METRICS_FILENAME  # here, not above: it loads torch, and submitting needs none
+        from ..server.evaluator import METRICS_FILENAME  # here, not above: it loads torch, and submitting needs none
 
         self.root = root
         server_run_dir = os.path.join(root, "workspace")
@@ -264,7 +264,7 @@ def continue_job(
         ValueError: the job cannot be continued (still running, completed, NVFlare's Scaffold controller, nothing aggregated yet).
         JobFailed, JobLost, TimeoutError: see :func:`run_job`.
     """
-    from .ops.continuation import make_continuation_job  # here, not above: it loads torch, and submitting needs none
+    from .continuation import make_continuation_job  # here, not above: it loads torch, and submitting needs none
 
     status = session.get_job_meta(failed_job_id).get("status", "?")
     if status == COMPLETED:
@@ -312,12 +312,12 @@ def main(argv=None) -> int:
     finally:
         session.close()
     if results is not None and results.is_data_check():
-        from .data.site_report import format_table  # here: it loads torch, which a training job's report needs not
+        from ..data.site_report import format_table  # here: it loads torch, which a training job's report needs not
 
         with open(results.data_summary) as f:
             print(f"data summary:     {results.data_summary}\n{format_table(json.load(f))}")
     elif results is not None:
-        from .core.clinical_metrics import CLINICAL_FIGURES  # here: a data check's report needs not load scikit-learn
+        from ..core.clinical_metrics import CLINICAL_FIGURES  # here: a data check's report needs not load scikit-learn
 
         last = results.metrics()[-1]
         print(f"global model:     {results.global_model}")

@@ -2,7 +2,8 @@
 
 import importlib
 import math
-from typing import Any, Iterable, Optional
+import warnings
+from typing import Any, Dict, Iterable, Optional
 
 # A header on a task: the server refuses the job (the reason is its value); executors answer with a failed reply.
 JOB_REFUSED_HEADER = "nvflare_moon.job_refused"
@@ -44,3 +45,19 @@ def check_optional_choice(name: str, value: Any, choices: Iterable[str], *, modu
         importlib.import_module(module)
     except ImportError as e:
         raise ValueError(f"{name}={value!r} needs {needs}: {e}") from e
+
+
+def take_renamed(kwargs: Dict[str, Any], old: str, new: str, value: Any, default: Any, *, owner: str) -> Any:
+    """The value of the argument ``new``, or, for one release, of its old name ``old`` taken out of ``kwargs`` with a
+    DeprecationWarning. Raises TypeError when both are given."""
+    if old not in kwargs:
+        return value
+    old_value = kwargs.pop(old)
+    if value != default:
+        raise TypeError(f"{owner}: give {new} alone, not {new} and {old} (the old name of {new})")
+    warnings.warn(
+        f"{owner}({old}=...) is deprecated and will be removed in the next release: use {new}=...",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old_value

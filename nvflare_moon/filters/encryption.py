@@ -18,7 +18,7 @@ from nvflare.app_opt.pt.job_config.model import PTModel
 from nvflare.job_config.api import FedJob
 from nvflare.recipe.spec import Recipe
 
-from .validation import check_optional_choice
+from ..core.validation import check_optional_choice
 
 ENCRYPTION_CHOICES = ("ckks",)
 SERIALIZE_FILTER_ID = "model_serialize_filter"

@@ -12,7 +12,7 @@ from nvflare.job_config.api import FedJob
 from nvflare.recipe import SimEnv
 from nvflare.recipe.spec import ExecEnv
 
-from .ops.allow_list import allow_plugin
+from ..ops.allow_list import allow_plugin
 
 _LOG = logging.getLogger(__name__)
 

@@ -7,11 +7,13 @@
 FedAvg, FedProx, SCAFFOLD and SOLO use this same network so that comparisons are fair.
 """
 
+from functools import partial
 from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn as nn
 
+from .core.initial_weights import first_conv_name, load_initial_weights
 from .core.validation import check_number
 
 
@@ -134,20 +136,92 @@ def cifar_resnet50(in_channels: int = 3, image_size: int = 32) -> nn.Module:
     return net
 
 
+class TorchvisionArch(NamedTuple):
+    """A torchvision classification network used as a backbone, in the form torchvision builds it for ImageNet."""
+
+    builder: str  # its function in torchvision.models
+    feat_dim: int  # F: the size of the pooled features its classifier reads
+    classifier: str  # the attribute holding its classifier, replaced by nn.Identity
+
+
+# "resnet50" is the MOON paper's CIFAR form (cifar_resnet50), which the paper's jobs and figures name; torchvision's own
+# ResNet-50, whose 7x7 stride-2 stem and max-pool fit 64-224 px images and ImageNet-trained weights, is
+# "resnet50_imagenet". The others exist in one form only and keep torchvision's names.
+TORCHVISION_ARCHS = {
+    "resnet18": TorchvisionArch("resnet18", 512, "fc"),
+    "resnet34": TorchvisionArch("resnet34", 512, "fc"),
+    "resnet50_imagenet": TorchvisionArch("resnet50", 2048, "fc"),
+    "densenet121": TorchvisionArch("densenet121", 1024, "classifier"),
+    "efficientnet_b0": TorchvisionArch("efficientnet_b0", 1280, "classifier"),
+}
+TORCHVISION_MIN_IMAGE_SIZE = 32  # these networks downsample by 32 (DenseNet's last pooling fails below)
+
+
+def torchvision_backbone(arch: str, in_channels: int = 3, image_size: int = 224) -> nn.Module:
+    """torchvision's network ``arch`` (a key of :data:`TORCHVISION_ARCHS`) with random weights (``initial_weights``
+    brings trained ones), its classifier replaced by ``nn.Identity`` so that it returns the F pooled features, and
+    its first convolution reading ``in_channels``. Any ``image_size`` from 32 px works (it ends in a global pool)."""
+    import torchvision  # here, not at the top: see cifar_resnet50
+
+    if image_size < TORCHVISION_MIN_IMAGE_SIZE:
+        raise ValueError(
+            f"image_size must be at least {TORCHVISION_MIN_IMAGE_SIZE} pixels for {arch} (it downsamples by 32), "
+            f"got {image_size}"
+        )
+    spec = TORCHVISION_ARCHS[arch]
+    net = getattr(torchvision.models, spec.builder)(weights=None)
+    net.set_submodule(spec.classifier, nn.Identity())
+    first = first_conv_name(net)
+    net.set_submodule(first, with_input_channels(net.get_submodule(first), in_channels))
+    return net
+
+
+def with_input_channels(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
+    """``conv`` itself where it reads ``in_channels`` channels, else a new convolution like it that reads them."""
+    if conv.in_channels == in_channels:
+        return conv
+    return nn.Conv2d(
+        in_channels,
+        conv.out_channels,
+        conv.kernel_size,
+        stride=conv.stride,
+        padding=conv.padding,
+        dilation=conv.dilation,
+        groups=conv.groups,
+        bias=conv.bias is not None,
+    )
+
+
 BACKBONES = {
     "simple_cnn": (SimpleCNN, SimpleCNN.feat_dim),
     "resnet50": (cifar_resnet50, 2048),
+    **{name: (partial(torchvision_backbone, name), spec.feat_dim) for name, spec in TORCHVISION_ARCHS.items()},
 }
 
 
 class Network(ProjectionModel):
-    """A named backbone (``"simple_cnn"`` or ``"resnet50"``) with the projection head and classifier.
+    """A named backbone (a key of :data:`BACKBONES`) with the projection head and classifier.
+
+    ``arch``: ``"simple_cnn"`` (the MOON paper's CIFAR-10 encoder, F = 84), ``"resnet50"`` (the paper's ResNet-50
+    with a CIFAR stem, F = 2048), or torchvision's networks as built for ImageNet, for 32-224 px images:
+    ``"resnet18"``, ``"resnet34"`` (F = 512), ``"resnet50_imagenet"`` (F = 2048), ``"densenet121"`` (F = 1024),
+    ``"efficientnet_b0"`` (F = 1280); their classifier is removed, MOON's head and classifier take its place.
 
     Its arguments are plain values, so NVFlare job configs can build it:
     ``{"path": "nvflare_moon.models.Network", "args": {"arch": "simple_cnn", "num_classes": 10}}``.
     ``seed`` fixes the initial weights (without touching the global RNG), so that runs are reproducible; None draws
     them from torch's global RNG. ``predictor_hidden_dim`` adds FedSiam-DA's predictor (see :class:`ProjectionModel`).
-    ``in_channels`` and ``image_size`` fit the encoder to a site's own images (1 channel for grayscale).
+    ``in_channels`` and ``image_size`` fit the encoder to a site's own images (1 channel for grayscale: the first
+    convolution reads one channel).
+
+    ``initial_weights``: the path of a weights file to start from, read with ``torch.load(weights_only=True)`` where
+    the network is built, never downloaded (:func:`~nvflare_moon.core.initial_weights.load_initial_weights`):
+    torchvision's state dict of the arch (e.g. ImageNet weights saved with ``torch.save(net.state_dict(), path)``),
+    loaded into the backbone, its classifier's entries ignored, the head keeping its seeded weights; or a whole
+    Network's state dict (or NVFlare's ``FL_global_model.pt``). With ``in_channels=1`` and 3-channel weights, the
+    first convolution's weights are summed over their input channels. A missing file, one that is no state dict or
+    does not fit the arch is refused, naming the file. The recipes give it to the server's initial model alone:
+    sites receive that model before they train, so they need no file.
     """
 
     _always_serialize_args = ("arch", "num_classes", "out_dim", "seed")  # exported configs show the architecture
@@ -161,11 +235,14 @@ class Network(ProjectionModel):
         predictor_hidden_dim: Optional[int] = None,
         in_channels: int = 3,
         image_size: int = 32,
+        initial_weights: Optional[str] = None,
     ):
         if arch not in BACKBONES:
             raise ValueError(f"arch must be one of {sorted(BACKBONES)}, got {arch!r}")
         check_number("in_channels", in_channels, low=1, integer=True)
         check_number("image_size", image_size, low=1, integer=True)
+        if initial_weights is not None and (not isinstance(initial_weights, str) or not initial_weights):
+            raise ValueError(f"initial_weights must be the path of a weights file or None, got {initial_weights!r}")
         make_backbone, feat_dim = BACKBONES[arch]
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
@@ -177,6 +254,8 @@ class Network(ProjectionModel):
                 out_dim=out_dim,
                 predictor_hidden_dim=predictor_hidden_dim,
             )
+        if initial_weights is not None:
+            load_initial_weights(self, initial_weights, arch)
         self.arch = arch
         self.num_classes = num_classes
         self.out_dim = out_dim
@@ -184,6 +263,7 @@ class Network(ProjectionModel):
         self.predictor_hidden_dim = predictor_hidden_dim
         self.in_channels = in_channels
         self.image_size = image_size
+        self.initial_weights = initial_weights
 
 
 def check_num_classes(model: nn.Module, num_classes: int, dataset: str) -> None:

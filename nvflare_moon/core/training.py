@@ -15,6 +15,7 @@ from .clinical_metrics import ClinicalMetrics, clinical_metrics
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 LossTerms = Dict[str, torch.Tensor]  # the named parts of a loss, as objectives return them
+Objective = Callable[[ModelOutput, torch.Tensor, torch.Tensor], Tuple[torch.Tensor, LossTerms]]  # (out, x, y)
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
@@ -53,7 +54,7 @@ class TrainResult:
 def train_local(
     model: nn.Module,
     batches: Iterable[Batch],
-    objective: Callable[[ModelOutput, torch.Tensor, torch.Tensor], Tuple[torch.Tensor, LossTerms]],
+    objective: Objective,
     optimizer: torch.optim.Optimizer,
     epochs: int,
     device: torch.device,
@@ -61,15 +62,18 @@ def train_local(
     after_step: Optional[Callable[[], None]] = None,
     log: Optional[Callable[[str], None]] = None,
     before_epoch: Optional[Callable[[int], None]] = None,
+    amp: bool = False,
 ) -> TrainResult:
     """Run ``epochs`` passes of SGD over ``batches`` on ``objective``; report the mean of every loss term over the
     steps that computed it (:class:`TermMeans`).
 
     ``should_stop`` is polled before every step (NVFlare's abort signal); ``after_step`` runs after every optimizer
     step (SCAFFOLD's correction); ``before_epoch(epoch)`` runs before every epoch, 0-based (FedSSC starts collecting
-    class means before the last one, FedSiam-DA takes its history snapshot).
+    class means before the last one, FedSiam-DA takes its history snapshot). ``amp``: mixed precision
+    (:class:`MixedPrecisionStep`); False: every step in float32 (:func:`float32_step`).
     """
     model.train()
+    step = MixedPrecisionStep(device) if amp else float32_step
     terms_so_far = TermMeans()
     result = TrainResult()
     for epoch in range(epochs):
@@ -80,10 +84,7 @@ def train_local(
                 result.aborted = True
                 return result
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            loss, terms = objective(model(x), x, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            loss, terms = step(model, objective, optimizer, x, y)
             if after_step is not None:
                 after_step()
             terms["loss"] = loss
@@ -94,6 +95,46 @@ def train_local(
             log(f"epoch {epoch + 1}/{epochs}: loss {terms_so_far.mean('loss'):.4f}")
     result.mean_terms = terms_so_far.means()
     return result
+
+
+def float32_step(
+    model: nn.Module, objective: Objective, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> Tuple[torch.Tensor, LossTerms]:
+    """One optimizer step on the batch ``(x, y)``: the objective's loss and terms, its gradient, the step."""
+    loss, terms = objective(model(x), x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss, terms
+
+
+class MixedPrecisionStep:
+    """:func:`float32_step` with the forward pass and the objective under ``torch.autocast``, for speed and memory on
+    a GPU: float16 there, with a ``GradScaler`` that keeps small gradients from vanishing in float16 (a new one every
+    round, like the optimizer; a step whose scaled gradients overflow is skipped); bfloat16 elsewhere (the CPU, where
+    it serves checks: it is slower than float32 without bfloat16 instructions), which has float32's range and needs no
+    scaler. The weights and the optimizer stay float32."""
+
+    def __init__(self, device: torch.device):
+        on_gpu = device.type == "cuda"
+        self.device_type = device.type
+        self.dtype = torch.float16 if on_gpu else torch.bfloat16
+        self.scaler = torch.amp.GradScaler("cuda") if on_gpu else None
+
+    def __call__(
+        self, model: nn.Module, objective: Objective, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+    ) -> Tuple[torch.Tensor, LossTerms]:
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            loss, terms = objective(model(x), x, y)
+        optimizer.zero_grad(set_to_none=True)
+        if self.scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        return loss, terms
 
 
 @torch.no_grad()

@@ -106,6 +106,9 @@ class FedAvgExecutor(Executor):
         clinical_metrics: the local metrics (of the received global model, of the trained one, and in cross-site
             evaluation) also hold AUROC, sensitivity, specificity, balanced accuracy and F1
             (:mod:`nvflare_moon.core.clinical_metrics`); the site logs its confusion matrix every round.
+        amp: mixed precision in local training (:class:`~nvflare_moon.core.training.MixedPrecisionStep`): float16
+            with a gradient scaler on a GPU; bfloat16 on the CPU, much slower than float32 there without bfloat16
+            instructions. The weights stay float32. False (default): float32 throughout.
     """
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
@@ -149,6 +152,7 @@ class FedAvgExecutor(Executor):
         send_weight_diff: bool = False,
         encrypted_aggregation: bool = False,
         clinical_metrics: bool = False,
+        amp: bool = False,
     ):
         super().__init__()
         if isinstance(dataset, str):
@@ -206,6 +210,8 @@ class FedAvgExecutor(Executor):
         self.encrypted_aggregation = encrypted_aggregation
         check_flag("clinical_metrics", clinical_metrics)
         self.clinical_metrics = clinical_metrics
+        check_flag("amp", amp)
+        self.amp = amp
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None
         self._data = None  # the site's data source (nvflare_moon.data.sources), opened at the job's start
@@ -356,6 +362,7 @@ class FedAvgExecutor(Executor):
             should_stop=lambda: abort_signal.triggered,
             after_step=self.after_step,
             before_epoch=self.before_epoch,
+            amp=self.amp,
         )
         if result.aborted:
             self.log_info(fl_ctx, f"{site}: round {round_number} aborted")

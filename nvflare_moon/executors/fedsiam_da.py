@@ -16,7 +16,8 @@ from .fedavg import FedAvgExecutor
 
 class FedSiamDAExecutor(FedAvgExecutor):
     """FedSiam-DA: ``CE + μ·[½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(b_l, sg(z_h))]``, b_l = z_l or p_l; all
-    :class:`FedAvgExecutor` arguments apply. The model needs the SimSiam predictor (``Network(predictor_hidden_dim=64)``).
+    :class:`FedAvgExecutor` arguments apply but ``amp``. The model needs the SimSiam predictor
+    (``Network(predictor_hidden_dim=64)``).
 
     Args:
         mu, history, history_branch: the fields of :class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings` (μ = 0.01,
@@ -40,6 +41,11 @@ class FedSiamDAExecutor(FedAvgExecutor):
             raise ValueError(
                 "model has no SimSiam predictor: build it with predictor_hidden_dim=64, "
                 "e.g. nvflare_moon.models.Network(predictor_hidden_dim=64) (FedSiamDARecipe does)"
+            )
+        if self.amp:
+            raise ValueError(
+                "amp=True cannot be used with FedSiam-DA: its working copy of the global model steps with an optimizer "
+                "of its own, which mixed precision's gradient scaler does not cover; set amp=False"
             )
         if self.batch_size < 2:
             raise ValueError(

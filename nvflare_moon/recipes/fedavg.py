@@ -1,5 +1,6 @@
 """FedAvg on the MOON network, the recipe every method's executor recipe builds on (see the package's docstring)."""
 
+import os
 from typing import Any, Dict, List, Optional
 
 from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
@@ -58,6 +59,7 @@ STORED_ARGUMENTS = (
     "site_data",
     "data_root",
     "arch",
+    "initial_weights",
     "out_dim",
     "seed",
     "sample_fraction",
@@ -89,6 +91,7 @@ EXECUTOR_ARGUMENTS = (
     "device",
     "num_threads",
     "clinical_metrics",
+    "amp",
 )
 # What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
 PER_SITE_KEYS = ("data_root", "device", "num_threads")
@@ -106,7 +109,7 @@ class FedAvgBaselineRecipe(Recipe):
             from ``seed`` and the round (:class:`SampledFedAvg`); the paper uses 0.2 with 100 sites. It needs
             ``min_clients == num_sites``, so that every site is there for the draw. 1 trains every site.
         dataset, data_root, download, site_data, partition, beta, seed, local_epochs, batch_size, lr, momentum,
-            weight_decay, device, num_threads: passed to the executor (see :class:`FedAvgExecutor`). With
+            weight_decay, device, num_threads, amp: passed to the executor (see :class:`FedAvgExecutor`). With
             ``dataset="image_folder"`` or ``"datalist"`` every site trains on its own images (``site_data`` gives
             ``class_names`` and the image settings; see ``docs/hospital_data.md``), and ``data_root`` is each site's
             own path: leave it unset for the sites to choose, or give one per site with
@@ -120,7 +123,12 @@ class FedAvgBaselineRecipe(Recipe):
             ``train_loss``, ...). With it, NVFlare's ``FedAvg`` saves ``FL_global_model.pt`` only when the metric
             improves. None: off.
         patience: stop after this many rounds without improvement of the ``stop_cond`` metric (needs ``stop_cond``).
-        arch: ``"simple_cnn"`` or ``"resnet50"``.
+        arch: a key of :data:`~nvflare_moon.models.BACKBONES`: ``"simple_cnn"``, ``"resnet50"`` (the papers' CIFAR
+            form), or torchvision's ``"resnet18"``, ``"resnet34"``, ``"resnet50_imagenet"``, ``"densenet121"``,
+            ``"efficientnet_b0"`` (see :class:`~nvflare_moon.models.Network`).
+        initial_weights: the absolute path of a weights file (a torchvision state dict of ``arch``, or a whole
+            network's) that the server's initial model starts from, read where the recipe is built and again by the
+            server when the job starts; the sites receive the model and need no file. None: seeded random weights.
         out_dim: size of the projection z.
         byoc: add an (empty of code) ``custom/`` folder so that the job passes NVFlare's default class allow-list;
             set False for sites that allow-list ``nvflare_moon.``.
@@ -156,6 +164,7 @@ class FedAvgBaselineRecipe(Recipe):
         download: bool = True,
         site_data: Optional[Dict[str, Any]] = None,
         arch: str = "simple_cnn",
+        initial_weights: Optional[str] = None,
         out_dim: int = 256,
         partition: str = "dirichlet",
         beta: float = 0.5,
@@ -167,6 +176,7 @@ class FedAvgBaselineRecipe(Recipe):
         weight_decay: float = 1e-5,
         device: str = "auto",
         num_threads: Optional[int] = None,
+        amp: bool = False,
         sample_fraction: float = 1.0,
         server_evaluation: Optional[bool] = None,
         stop_cond: Optional[str] = None,
@@ -227,6 +237,7 @@ class FedAvgBaselineRecipe(Recipe):
                 "accuracy"
             )
         check_stop_condition(arguments["stop_cond"], arguments["patience"])
+        check_initial_weights_path(arguments["initial_weights"])
         check_key_metric(arguments["key_metric"], arguments["key_metric_mode"], arguments["clinical_metrics"])
         check_encryption(
             arguments["encryption"],
@@ -249,9 +260,10 @@ class FedAvgBaselineRecipe(Recipe):
             image_args = dict(in_channels=image_settings.channels, image_size=image_settings.image_size)
         return dict(num_classes=self.num_classes, seed=seed, **image_args, **self.extra_network_args())
 
-    def network(self) -> Network:
-        """A new copy of the job's network (the same initial weights every time: they come from its seed)."""
-        return Network(arch=self.arch, out_dim=self.out_dim, **self._network_args)
+    def network(self, initial_weights: Optional[str] = None) -> Network:
+        """A new copy of the job's network (the same initial weights every time: they come from its seed, or from
+        ``initial_weights``, which only the server's initial model is given)."""
+        return Network(arch=self.arch, out_dim=self.out_dim, initial_weights=initial_weights, **self._network_args)
 
     def _server_job(self, name: str, download: bool, device: str) -> FedJob:
         """The job with its server: the controller and its aggregator, the persistor, the global evaluation and the
@@ -260,13 +272,15 @@ class FedAvgBaselineRecipe(Recipe):
         job.set_app_packages(["nvflare_moon"])
         job.to_server(SimulatorFixes(), id=COMPONENT_ID)
         if self.encryption is not None:
-            add_encrypted_server(job, self.network(), self.min_clients, self.num_rounds, self._tasks[0])
+            add_encrypted_server(
+                job, self.network(self.initial_weights), self.min_clients, self.num_rounds, self._tasks[0]
+            )
             job.to_server(SiteMetricsRecorder(model=self.network()), id="global_evaluator")
             if self.task_meta():
                 job.to_server(TrainTaskSettings(client_settings=self.task_meta()), id="task_settings")
         else:
             job.comp_ids = job.to_server(
-                PTModel(model=self.network()), id="persistor"
+                PTModel(model=self.network(self.initial_weights)), id="persistor"
             )  # the ids NVFlare's helpers read
             job.to_server(self._controller(), id="controller")
             test_data = dict(dataset=self.dataset, data_root=self.data_root, download=download)
@@ -357,6 +371,16 @@ class FedAvgBaselineRecipe(Recipe):
     def extra_network_args(self) -> Dict[str, Any]:
         """Extra :class:`Network` arguments (FedSiam-DA's predictor), for the clients' and the server's model."""
         return {}
+
+
+def check_initial_weights_path(initial_weights: Optional[str]) -> None:
+    """Raise ValueError unless ``initial_weights`` is None or an absolute path: the server reads the file again when
+    the job starts, in a working folder of its own (the file's content is checked where the network is built)."""
+    if initial_weights is not None and not (isinstance(initial_weights, str) and os.path.isabs(initial_weights)):
+        raise ValueError(
+            f"initial_weights must be the absolute path of a weights file, which the server reads when the job "
+            f"starts, got {initial_weights!r}"
+        )
 
 
 def check_stop_condition(stop_cond: Optional[str], patience: Optional[int]) -> None:

@@ -182,6 +182,7 @@ LONGEST_MODULES = (
     "test_e2e_moon.py",
     "test_deploy_poc.py",
     "test_benchmark.py",
+    "test_methods.py",
     "test_site_images_benchmark.py",
 )
 

@@ -90,7 +90,8 @@ MAY_IMPORT = {
     "filters": FOUNDATION,
     "sim": FOUNDATION,
     "recipes": FOUNDATION | {"executors", "server", "filters", "sim", "ops"},
-    "ops": FOUNDATION | {"recipes", "server", "sim"},
+    "methods": FOUNDATION | {"client", "executors", "recipes"},
+    "ops": FOUNDATION | {"recipes", "server", "sim", "methods"},
 }
 
 

@@ -4,7 +4,8 @@ A :class:`SimulatorMethod` exports its recipe with the run's settings and runs i
 :class:`CommandMethod` runs a plain command (SOLO has no federation, so it is a script). Both only describe how to
 start a run and where its results are (:class:`Launch`); :mod:`.runner` starts it, watches it and records it.
 
-To add a method, add one entry to :data:`METHODS` (and to a protocol in :mod:`.protocols`).
+A method registered in :mod:`nvflare_moon.methods` is here with its variants; add it to a protocol in
+:mod:`.protocols` to run it.
 """
 
 import hashlib
@@ -20,14 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivacy
 
 from ..ops.resume_point import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
-from ..recipes import (
-    FedAvgBaselineRecipe,
-    FedProxRecipe,
-    FedSiamDARecipe,
-    FedSSCRecipe,
-    MoonRecipe,
-    ScaffoldRecipe,
-)
+from ..methods import REGISTRY
 from ..sim.fixes import without_simulator_fixes
 from .collect import read_simulator_results, read_solo_report
 from .protocols import RunSpec, Variant, format_value
@@ -224,31 +218,31 @@ def solo_command(spec: RunSpec, report: str, data_root: Optional[str]) -> List[s
     return command + (["--data-root", data_root] if data_root else [])
 
 
+def _privacy_variants() -> Dict[str, SimulatorMethod]:
+    """MOON under NVFlare's privacy filters on the sites' updates (docs/deployment.md "Privacy and bandwidth")."""
+    moon = REGISTRY["moon"].recipe
+    return {
+        "moon_percentile_privacy": SimulatorMethod(
+            "MOON, PercentilePrivacy", moon, {"privacy_filters": [PercentilePrivacy(percentile=10, gamma=0.01)]}
+        ),
+        "moon_svt_privacy": SimulatorMethod("MOON, SVTPrivacy", moon, {"privacy_filters": [SVTPrivacy()]}),
+        "moon_exclude_vars": SimulatorMethod(
+            "MOON, ExcludeVars", moon, {"privacy_filters": [ExcludeVars(["l2.weight", "l2.bias"])]}
+        ),
+    }
+
+
+# every registered method and its named variants (nvflare_moon.methods), SOLO, and MOON under the privacy filters
 METHODS: Dict[str, Union[SimulatorMethod, CommandMethod]] = {
-    "fedavg": SimulatorMethod("FedAvg", FedAvgBaselineRecipe),
-    "fedprox": SimulatorMethod("FedProx", FedProxRecipe),
-    "scaffold": SimulatorMethod("SCAFFOLD", ScaffoldRecipe),
-    # the one SCAFFOLD setting the MOON paper leaves unstated: NIID-Bench's --rho defaults to 0 (issue 40)
-    "scaffold_momentum0": SimulatorMethod("SCAFFOLD, momentum 0", ScaffoldRecipe, {"momentum": 0.0}),
+    **{
+        name: SimulatorMethod(label, method.recipe, dict(defaults))
+        for method in REGISTRY.values()
+        for name, (label, defaults) in method.benchmark.items()
+    },
     "solo": CommandMethod(
         "SOLO", solo_command, read_solo_report, SOLO_SITE_LINE, lambda spec: spec.settings.num_sites, "site"
     ),
-    "moon": SimulatorMethod("MOON", MoonRecipe),
-    "moon_l2": SimulatorMethod("ℓ2 penalty", MoonRecipe, {"representation_loss": "l2"}),
-    # the MOON article's practical options (docs/practical_options.md); a variant's args set them
-    "moon_cold_start": SimulatorMethod("MOON, cold start", MoonRecipe),
-    "moon_feature_noise": SimulatorMethod("MOON, noise on h", MoonRecipe),
-    "moon_light_history": SimulatorMethod("MOON, light history", MoonRecipe, {"light_history": True}),
-    # NVFlare's privacy filters on the sites' updates (docs/deployment.md "Privacy and bandwidth"), one setting each
-    "moon_percentile_privacy": SimulatorMethod(
-        "MOON, PercentilePrivacy", MoonRecipe, {"privacy_filters": [PercentilePrivacy(percentile=10, gamma=0.01)]}
-    ),
-    "moon_svt_privacy": SimulatorMethod("MOON, SVTPrivacy", MoonRecipe, {"privacy_filters": [SVTPrivacy()]}),
-    "moon_exclude_vars": SimulatorMethod(
-        "MOON, ExcludeVars", MoonRecipe, {"privacy_filters": [ExcludeVars(["l2.weight", "l2.bias"])]}
-    ),
-    "fedssc": SimulatorMethod("FedSSC", FedSSCRecipe),
-    "fedsiam_da": SimulatorMethod("FedSiam-DA", FedSiamDARecipe),
+    **_privacy_variants(),
 }
 
 
@@ -264,5 +258,6 @@ def variant_label(variant: Variant) -> str:
         "feature_noise_std": "σ",
         "history_branch": "history on",
         "cosine_vector": "ξ from",
+        "dp_target_epsilon": "DP-SGD, ε",
     }
     return f"{label} (" + ", ".join(f"{names.get(k, k)}={format_value(v)}" for k, v in variant.args) + ")"

@@ -13,35 +13,10 @@ from typing import Callable, Dict
 
 from nvflare.recipe.spec import Recipe
 
-from ..recipes import FedAvgBaselineRecipe, FedProxRecipe, FedSiamDARecipe, FedSSCRecipe, MoonRecipe, ScaffoldRecipe
+from ..methods import paper_jobs
 
-# job folder name -> the recipe with the papers' settings for it
-JOBS: Dict[str, Callable[[], Recipe]] = {
-    "moon_cifar10": lambda: MoonRecipe(name="moon_cifar10"),
-    "fedavg_cifar10": lambda: FedAvgBaselineRecipe(name="fedavg_cifar10"),
-    "fedprox_cifar10": lambda: FedProxRecipe(name="fedprox_cifar10", mu=0.01),
-    "scaffold_cifar10": lambda: ScaffoldRecipe(name="scaffold_cifar10"),
-    "fedssc_cifar10": lambda: FedSSCRecipe(name="fedssc_cifar10", mu=5.0, mu_glob=1.0, temperature=0.5),
-    "fedsiam_da_cifar10": lambda: FedSiamDARecipe(name="fedsiam_da_cifar10", mu=0.01, history="epoch"),
-    "moon_cifar100": lambda: MoonRecipe(name="moon_cifar100", dataset="cifar100", arch="resnet50", mu=1.0),
-    "fedavg_cifar100": lambda: FedAvgBaselineRecipe(name="fedavg_cifar100", dataset="cifar100", arch="resnet50"),
-    "moon_tinyimagenet": lambda: MoonRecipe(
-        name="moon_tinyimagenet", dataset="tinyimagenet", arch="resnet50", mu=1.0, num_rounds=20
-    ),
-    # the paper's scalability settings (CIFAR-100, μ = 10): 50 sites, all trained; 100 sites, 20% sampled per round
-    "moon_cifar100_50sites": lambda: MoonRecipe(
-        name="moon_cifar100_50sites", dataset="cifar100", arch="resnet50", mu=10.0, min_clients=50, num_rounds=200
-    ),
-    "moon_cifar100_100sites_sampled": lambda: MoonRecipe(
-        name="moon_cifar100_100sites_sampled",
-        dataset="cifar100",
-        arch="resnet50",
-        mu=10.0,
-        min_clients=100,
-        sample_fraction=0.2,
-        num_rounds=500,
-    ),
-}
+# job folder name -> the recipe with the papers' settings for it, as each method registers them (nvflare_moon.methods)
+JOBS: Dict[str, Callable[[], Recipe]] = paper_jobs()
 
 
 def export_all(dest: str) -> None:

@@ -200,6 +200,15 @@ PROTOCOLS: Dict[str, Protocol] = {
         + (Variant("moon_light_history"),),
         extra_seeds=(("fedavg", (1, 2)), ("moon", (1, 2)), ("moon_cold_start", (1, 2))),
     ),
+    # Issue 39: what DP-SGD costs MOON (docs/differential_privacy.md); the run without DP is quick's.
+    "dp": Protocol(
+        name="dp",
+        description="MOON on the quick settings, seed 0, without DP and with DP-SGD at a target ε ∈ {1, 3, 8} per "
+        "site (δ = 1e-5, clipping norm C = 1, σ calibrated by each site for the 25 rounds); the records hold every "
+        "site's ε spent after every round.",
+        settings=QUICK,
+        variants=(Variant("moon"),) + tuple(Variant("moon", (("dp_target_epsilon", eps),)) for eps in (1.0, 3.0, 8.0)),
+    ),
 }
 
 

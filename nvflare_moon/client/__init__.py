@@ -1,7 +1,8 @@
-"""Client API helpers: MOON, FedSSC and FedSiam-DA inside a user's own NVFlare training script
+"""Client API helpers: MOON, FedSSC, FedSiam-DA, SCAFFOLD and DP-SGD inside a user's own NVFlare training script
 (``flare.init() / receive() / send()``), on the same core (:mod:`nvflare_moon.core`) as the executors. Run the script
 with the recipes in :mod:`nvflare_moon.recipes`. See ``docs/client_api.md``."""
 
+from .dp import PTDPHelper
 from .fedsiam_da import PTFedSiamDAHelper
 from .moon import PTFedSSCHelper, PTMoonHelper
 from .scaffold import PTPersistentScaffoldHelper
@@ -12,6 +13,7 @@ __all__ = [
     "PTFedSSCHelper",
     "PTFedSiamDAHelper",
     "PTPersistentScaffoldHelper",
+    "PTDPHelper",
     "StateFolderNotFound",
     "state_folder",
 ]

@@ -5,7 +5,7 @@ that a continuation of the continuation finds it too, and two jobs never write t
 """
 
 import logging
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from .state import SiteStateStore, StateUnusable
 
@@ -51,3 +51,6 @@ class ContinuedStateStore:
 
     def set_aside(self, reason: str, detail: str) -> StateUnusable:
         return self.own.set_aside(reason, detail)
+
+    def set_aside_files(self) -> List[str]:
+        return self.own.set_aside_files()

@@ -32,7 +32,12 @@ def predictor_of(model: nn.Module, z: torch.Tensor) -> torch.Tensor:
 
 
 class CrossEntropyObjective:
-    """FedAvg's local objective: CE(logits, y)."""
+    """FedAvg's local objective: CE(logits, y).
+
+    ``weight_terms`` names the terms that read the weights alone and no sample (FedProx's proximal term): DP-SGD adds
+    their gradient after privatising the rest, which is each sample's (:class:`~.dp_training.DPSGD`)."""
+
+    weight_terms: Tuple[str, ...] = ()
 
     def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
         ce = F.cross_entropy(out.logits, y)
@@ -168,6 +173,8 @@ class FedProxObjective(CrossEntropyObjective):
         global_model: the round's received global model, frozen.
         mu: μ ≥ 0.
     """
+
+    weight_terms = ("proximal",)
 
     def __init__(self, model: nn.Module, global_model: nn.Module, mu: float):
         self.model = model

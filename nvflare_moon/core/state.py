@@ -7,10 +7,11 @@ leaves the previous file intact), and checked on load. A file that cannot be use
 aside under a name that says why, never deleted or overwritten, and the caller carries on as if there were no state.
 """
 
+import glob
 import logging
 import os
 import time
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -98,6 +99,10 @@ class SiteStateStore:
             aside = f"{stem}-{copy}"
         os.rename(self.path, aside)
         return StateUnusable(f"{self.site}: state file {self.path} cannot be used ({detail}); kept as {aside}")
+
+    def set_aside_files(self) -> List[str]:
+        """The copies of this state's file that :meth:`set_aside` kept, oldest name first."""
+        return sorted(glob.glob(glob.escape(self.path) + ".unusable-*"))
 
     def _problem(self, record: Any) -> Optional[Tuple[str, str]]:
         """``(reason, detail)`` when ``record`` cannot be used here, else None."""

@@ -16,6 +16,10 @@ from .clinical_metrics import ClinicalMetrics, clinical_metrics
 Batch = Tuple[torch.Tensor, torch.Tensor]
 LossTerms = Dict[str, torch.Tensor]  # the named parts of a loss, as objectives return them
 Objective = Callable[[ModelOutput, torch.Tensor, torch.Tensor], Tuple[torch.Tensor, LossTerms]]  # (out, x, y)
+# one optimizer step: (model, objective, optimizer, x, y) -> (loss, terms)
+Step = Callable[
+    [nn.Module, Objective, torch.optim.Optimizer, torch.Tensor, torch.Tensor], Tuple[torch.Tensor, LossTerms]
+]
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
@@ -63,6 +67,7 @@ def train_local(
     log: Optional[Callable[[str], None]] = None,
     before_epoch: Optional[Callable[[int], None]] = None,
     amp: bool = False,
+    step: Optional[Step] = None,
 ) -> TrainResult:
     """Run ``epochs`` passes of SGD over ``batches`` on ``objective``; report the mean of every loss term over the
     steps that computed it (:class:`TermMeans`).
@@ -70,10 +75,12 @@ def train_local(
     ``should_stop`` is polled before every step (NVFlare's abort signal); ``after_step`` runs after every optimizer
     step (SCAFFOLD's correction); ``before_epoch(epoch)`` runs before every epoch, 0-based (FedSSC starts collecting
     class means before the last one, FedSiam-DA takes its history snapshot). ``amp``: mixed precision
-    (:class:`MixedPrecisionStep`); False: every step in float32 (:func:`float32_step`).
+    (:class:`MixedPrecisionStep`); False: every step in float32 (:func:`float32_step`). ``step``: another optimizer
+    step in their place (DP-SGD's, :class:`~.dp_training.DPSGD`).
     """
     model.train()
-    step = MixedPrecisionStep(device) if amp else float32_step
+    if step is None:
+        step = MixedPrecisionStep(device) if amp else float32_step
     terms_so_far = TermMeans()
     result = TrainResult()
     for epoch in range(epochs):

@@ -38,10 +38,12 @@ from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from torch.utils.data import Dataset
 
 from ..core.aggregation import NUM_SAMPLES
+from ..core.dp import DPSettings, check_dp_training
+from ..core.dp_training import LEDGER_STATE, DPSGD, SitePrivacy, without_training_figures
 from ..core.job_state import ContinuedStateStore
 from ..core.rounds import FedAvgRound
 from ..core.state import STATE_FOLDER, SiteStateStore, StateUnusable, tensor_signature
-from ..core.training import clinical_evaluation, evaluate, frozen_copy, sgd, train_local
+from ..core.training import TrainResult, clinical_evaluation, evaluate, frozen_copy, sgd, train_local
 from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
 from ..data import DATASETS, PARTITION_METHODS
 from ..data.site_data import site_data_settings
@@ -109,6 +111,13 @@ class FedAvgExecutor(Executor):
         amp: mixed precision in local training (:class:`~nvflare_moon.core.training.MixedPrecisionStep`): float16
             with a gradient scaler on a GPU; bfloat16 on the CPU, much slower than float32 there without bfloat16
             instructions. The weights stay float32. False (default): float32 throughout.
+        dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm: DP-SGD in local training, the fields of
+            :class:`~nvflare_moon.core.dp.DPSettings` (``docs/differential_privacy.md``): every sample's gradient
+            clipped to the norm C = ``dp_max_grad_norm``, Gaussian noise of std σ·C added to their sum, σ given
+            (``dp_noise_multiplier``) or calibrated so that the site spends at most ``dp_target_epsilon`` in the job.
+            The site reports the ε it has spent (``dp_epsilon``, with ``dp_delta``) every round and keeps its
+            training-loss figures in its own log. Both None (default): off. Needs Opacus (the extra ``dp``), a network
+            without BatchNorm and ``amp=False``.
     """
 
     # Exported job configs show the papers' hyperparameters even where they equal the defaults.
@@ -124,6 +133,7 @@ class FedAvgExecutor(Executor):
         "momentum",
         "weight_decay",
     )
+    dp_refusal: Optional[str] = None  # why the method cannot train with DP-SGD; None: it can
 
     def __init__(
         self,
@@ -153,6 +163,10 @@ class FedAvgExecutor(Executor):
         encrypted_aggregation: bool = False,
         clinical_metrics: bool = False,
         amp: bool = False,
+        dp_noise_multiplier: Optional[float] = None,
+        dp_target_epsilon: Optional[float] = None,
+        dp_delta: float = DPSettings.delta,
+        dp_max_grad_norm: float = DPSettings.max_grad_norm,
     ):
         super().__init__()
         if isinstance(dataset, str):
@@ -212,6 +226,13 @@ class FedAvgExecutor(Executor):
         self.clinical_metrics = clinical_metrics
         check_flag("amp", amp)
         self.amp = amp
+        self.dp_noise_multiplier = dp_noise_multiplier
+        self.dp_target_epsilon = dp_target_epsilon
+        self.dp_delta = dp_delta
+        self.dp_max_grad_norm = dp_max_grad_norm
+        self.dp_settings = DPSettings.from_arguments(dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm)
+        if self.dp_settings is not None:
+            check_dp_training(self.model, self.amp, type(self).__name__, self.dp_refusal)
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None
         self._data = None  # the site's data source (nvflare_moon.data.sources), opened at the job's start
@@ -348,22 +369,13 @@ class FedAvgExecutor(Executor):
             load_numpy_state(self._net, self._received_params(received))
             global_metrics = self.evaluate_locally(self._net, fl_ctx)
             objective = self.make_objective(round_number, fl_ctx, received.meta or {})
+            privacy = self.site_privacy(fl_ctx)
+            dp_step = None if privacy is None else privacy.start_round(self._net, received.total_rounds)
         except ValueError as e:
             self.log_error(fl_ctx, f"{site}: {e}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         started = time.perf_counter()
-        result = train_local(
-            self._net,
-            self._round_batches(site, round_number),
-            objective,
-            sgd(self._net, self.lr, self.momentum, self.weight_decay),
-            self.local_epochs,
-            self._torch_device,
-            should_stop=lambda: abort_signal.triggered,
-            after_step=self.after_step,
-            before_epoch=self.before_epoch,
-            amp=self.amp,
-        )
+        result = self._train_locally(objective, site, round_number, abort_signal, dp_step)
         if result.aborted:
             self.log_info(fl_ctx, f"{site}: round {round_number} aborted")
             return make_reply(ReturnCode.TASK_ABORTED)
@@ -381,14 +393,48 @@ class FedAvgExecutor(Executor):
             **{f"train_{k}": v for k, v in terms.items()},
             **global_metrics,
             **{f"local_model_{k}": v for k, v in local_metrics.items()},
+            **({} if privacy is None else privacy.finish_round(round_number, dp_step)),
         }
         self.log_info(
             fl_ctx,
             f"{site}: round {round_number} trained {result.steps} steps in {seconds:.1f} s "
             f"({result.steps * self.batch_size / seconds:.0f} img/s); " + _format(metrics),
         )
+        if privacy is not None:
+            metrics = without_training_figures(metrics)
         self._stream_metrics(metrics, round_number, fl_ctx)
         return FLModelUtils.to_shareable(self._reply(received, metrics, result.steps))
+
+    def _train_locally(
+        self, objective, site: str, round_number: int, abort_signal: Signal, dp_step: Optional[DPSGD]
+    ) -> TrainResult:
+        """The round's local training on ``objective``; with DP-SGD by ``dp_step``, whose hooks then come off."""
+        try:
+            return train_local(
+                self._net,
+                self._round_batches(site, round_number),
+                objective,
+                sgd(self._net, self.lr, self.momentum, self.weight_decay),
+                self.local_epochs,
+                self._torch_device,
+                should_stop=lambda: abort_signal.triggered,
+                after_step=self.after_step,
+                before_epoch=self.before_epoch,
+                amp=self.amp,
+                step=dp_step,
+            )
+        finally:
+            if dp_step is not None:
+                dp_step.close()
+
+    def site_privacy(self, fl_ctx: FLContext) -> Optional[SitePrivacy]:
+        """This site's DP-SGD for the round, its ledger read from the job's state; None when DP-SGD is off."""
+        if self.dp_settings is None:
+            return None
+        steps_per_round = self.local_epochs * (self._num_samples // self.batch_size)
+        store = self.job_state(LEDGER_STATE, fl_ctx)
+        site = fl_ctx.get_identity_name()
+        return SitePrivacy(self.dp_settings, store, site, self._num_samples, self.batch_size, steps_per_round)
 
     def _reply(self, received: FLModel, metrics: Dict[str, float], steps: int) -> FLModel:
         """The trained weights (or their difference to the received ones) with the metrics and the upload's meta."""

@@ -16,7 +16,7 @@ from .fedavg import FedAvgExecutor
 
 class FedSiamDAExecutor(FedAvgExecutor):
     """FedSiam-DA: ``CE + μ·[½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(b_l, sg(z_h))]``, b_l = z_l or p_l; all
-    :class:`FedAvgExecutor` arguments apply but ``amp``. The model needs the SimSiam predictor
+    :class:`FedAvgExecutor` arguments apply but ``amp`` and DP-SGD's (``dp_*``). The model needs the SimSiam predictor
     (``Network(predictor_hidden_dim=64)``).
 
     Args:
@@ -26,6 +26,10 @@ class FedSiamDAExecutor(FedAvgExecutor):
 
     STATE_NAME = "fedsiam_da_state"
     _always_serialize_args = FedAvgExecutor._always_serialize_args + ("mu", "history", "history_branch")
+    dp_refusal = (
+        "its working copy of the global model trains on the site's records with a plain optimizer of its own, and "
+        "every local gradient reads it, so no sample's influence would be bounded (and its predictor has BatchNorm)"
+    )
 
     def __init__(
         self,

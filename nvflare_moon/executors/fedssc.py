@@ -17,7 +17,7 @@ from .moon import MoonExecutor
 
 
 class FedSSCExecutor(MoonExecutor):
-    """FedSSC; all :class:`MoonExecutor` and :class:`FedAvgExecutor` arguments apply.
+    """FedSSC; all :class:`MoonExecutor` and :class:`FedAvgExecutor` arguments apply but DP-SGD's (``dp_*``).
 
     Args:
         mu: μ_moon, the weight of MOON's term (paper: 5 for CIFAR-10, MOON's best μ for the dataset). The cold start
@@ -37,6 +37,10 @@ class FedSSCExecutor(MoonExecutor):
         "min_class_count",
         "prototype_clip_norm",
         "prototype_noise_std",
+    )
+    dp_refusal = (
+        "the class means it uploads beside the weights are computed from the site's records outside DP-SGD, which "
+        "would not cover them (prototype_clip_norm and prototype_noise_std are not accounted in ε)"
     )
 
     def __init__(

@@ -15,6 +15,7 @@ from nvflare.job_config.api import FedJob
 from nvflare.job_config.script_runner import FrameworkType
 from nvflare.recipe.spec import ExecEnv, Recipe
 
+from ..core.dp import DPSettings
 from ..core.sampling import sites_per_round
 from ..data import DATASETS, NUM_CLASSES
 from ..data.site_data import site_data_settings
@@ -92,6 +93,10 @@ EXECUTOR_ARGUMENTS = (
     "num_threads",
     "clinical_metrics",
     "amp",
+    "dp_noise_multiplier",
+    "dp_target_epsilon",
+    "dp_delta",
+    "dp_max_grad_norm",
 )
 # What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
 PER_SITE_KEYS = ("data_root", "device", "num_threads")
@@ -148,6 +153,10 @@ class FedAvgBaselineRecipe(Recipe):
         key_metric, key_metric_mode: the figure that picks ``best_FL_global_model.pt`` (``"auroc"``: the sites'
             weighted mean AUROC of the global model, or the server's where it evaluates) and whether higher is better
             (see :class:`GlobalModelEvaluator`). None: accuracy, higher is better.
+        dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm: DP-SGD in every site's local training
+            (see :class:`FedAvgExecutor` and ``docs/differential_privacy.md``): one of σ (``dp_noise_multiplier``) or
+            the ε each site may spend in the job (``dp_target_epsilon``), δ, and the clipping norm C. FedAvg,
+            FedProx, MOON and SCAFFOLD, on a network without BatchNorm (``arch="simple_cnn"``). None: off.
     """
 
     option_limits: Dict[str, str] = {}  # option -> why this method cannot take it (refused at build)
@@ -177,6 +186,10 @@ class FedAvgBaselineRecipe(Recipe):
         device: str = "auto",
         num_threads: Optional[int] = None,
         amp: bool = False,
+        dp_noise_multiplier: Optional[float] = None,
+        dp_target_epsilon: Optional[float] = None,
+        dp_delta: float = DPSettings.delta,
+        dp_max_grad_norm: float = DPSettings.max_grad_norm,
         sample_fraction: float = 1.0,
         server_evaluation: Optional[bool] = None,
         stop_cond: Optional[str] = None,

@@ -39,19 +39,19 @@ from torch.utils.data import Dataset
 
 from ..core.aggregation import NUM_SAMPLES
 from ..core.dp import DPSettings, check_dp_training
-from ..core.dp_training import LEDGER_STATE, DPSGD, SitePrivacy, without_training_figures
+from ..core.dp_training import DPSGD, LEDGER_STATE, SitePrivacy, without_training_figures
 from ..core.job_state import ContinuedStateStore
 from ..core.rounds import FedAvgRound
+from ..core.runtime import resolve_device, resolve_num_threads
+from ..core.specs import DataSpec, TrainingSpec, spec_fields, store_arguments
 from ..core.state import STATE_FOLDER, SiteStateStore, StateUnusable, tensor_signature
 from ..core.training import TrainResult, clinical_evaluation, evaluate, frozen_copy, sgd, train_local
+from ..core.validation import JOB_REFUSED_HEADER, check_flag
 from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
-from ..data import DATASETS, PARTITION_METHODS
 from ..data.site_data import site_data_settings
 from ..data.site_files import SITE_DATASETS, resolve_site_root
 from ..data.sources import PartitionedSource, SiteImagesSource, TorchDatasetSource, dataset_batches
 from ..models import check_num_classes
-from ..core.runtime import resolve_device, resolve_num_threads
-from ..core.validation import JOB_REFUSED_HEADER, check_choice, check_flag, check_number
 from .site_identity import check_site_identity
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
@@ -65,31 +65,15 @@ class FedAvgExecutor(Executor):
     Args:
         model: the network, an ``nn.Module`` returning ``(h, z, logits)``: :class:`~nvflare_moon.models.Network`, or
             any backbone wrapped in :class:`~nvflare_moon.models.ProjectionModel`.
-        dataset: ``"cifar10"``, ``"cifar100"``, ``"tinyimagenet"``, ``"synthetic"`` (split over the sites by their
-            names' numbers); ``"image_folder"`` or ``"datalist"``: the site's own images, all of them (see
-            :mod:`nvflare_moon.data.site_files`, and ``site_data``); or a map-style ``torch.utils.data.Dataset`` of
-            ``(image tensor, label)`` holding this site's own data (used whole).
+        dataset, data_root, download, site_data, num_sites, partition, beta, seed: where the site's data comes from,
+            the fields of :class:`~nvflare_moon.core.specs.DataSpec` (``dataset`` may also be a map-style torch
+            ``Dataset`` of ``(image tensor, label)``, this site's own data, used whole).
         val_dataset: this site's own test data, a map-style ``Dataset`` of ``(image tensor, label)``. Default: with a
             dataset name, the site's class-proportional share of the test split
             (:func:`~nvflare_moon.data.site_test_arrays`); with its own images, its test split or ``val_fraction``
             of its training images; with a ``Dataset``, none (no local metrics, a warning).
-        data_root: folder holding the dataset; default ``$NVFLARE_MOON_DATA`` or ``~/.cache/nvflare_moon/data``.
-            With the site's own images: the site's folder (or manifest), checked on the site at the job's start;
-            NVFlare resolves ``{SITE_NAME}``, ``{WORKSPACE}`` and ``{$VAR}`` in it there. None: the site's
-            ``$NVFLARE_MOON_SITE_DATA``, else ``data_root`` in its ``local/nvflare_moon_data.json``.
-        site_data: with ``"image_folder"``/``"datalist"``, the :class:`~nvflare_moon.data.site_data.SiteDataSettings`
-            fields but ``dataset`` and ``seed``: ``class_names`` (required), ``image_size``, ``channels``, ``mean``,
-            ``std``, ``val_fraction``, ``max_unreadable``, ``augment``.
-        download: fetch the dataset with torchvision when it is not under ``data_root``.
-        num_sites: number of sites the training set is split over (the simulator's ``-n``).
-        partition: ``"dirichlet"`` (label skew with concentration ``beta``) or ``"iid"``.
-        beta: Dirichlet concentration β > 0.
-        seed: seed of the partition and of the batch order.
-        local_epochs: local epochs E per round.
-        batch_size: local batch size (the last incomplete batch is dropped).
-        lr, momentum, weight_decay: SGD settings.
-        device: ``"auto"`` (GPU if visible), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
-        num_threads: torch CPU threads; None shares the cores among the simulator's parallel workers.
+        local_epochs, batch_size, lr, momentum, weight_decay, device, num_threads, amp, clinical_metrics: how the site
+            trains and evaluates, the fields of :class:`~nvflare_moon.core.specs.TrainingSpec`.
         train_task_name, validate_task_name, submit_model_task_name: the tasks this executor answers (NVFlare's
             names by default, which its ``CrossSiteModelEval`` sends).
         resume_from_job_id: the id of the failed job that this job continues (see :mod:`nvflare_moon.ops.continuation`).
@@ -105,12 +89,6 @@ class FedAvgExecutor(Executor):
             (CKKS vectors are flat), and puts its sample count n_k in ``NUM_STEPS_CURRENT_ROUND``, the number
             NVFlare's ``HEModelEncryptor`` multiplies the weights by before encrypting them (its aggregator divides
             the encrypted sum by Σ n_k), so that the aggregate stays FedAvg's n_k-weighted mean.
-        clinical_metrics: the local metrics (of the received global model, of the trained one, and in cross-site
-            evaluation) also hold AUROC, sensitivity, specificity, balanced accuracy and F1
-            (:mod:`nvflare_moon.core.clinical_metrics`); the site logs its confusion matrix every round.
-        amp: mixed precision in local training (:class:`~nvflare_moon.core.training.MixedPrecisionStep`): float16
-            with a gradient scaler on a GPU; bfloat16 on the CPU, much slower than float32 there without bfloat16
-            instructions. The weights stay float32. False (default): float32 throughout.
         dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm: DP-SGD in local training, the fields of
             :class:`~nvflare_moon.core.dp.DPSettings` (``docs/differential_privacy.md``): every sample's gradient
             clipped to the norm C = ``dp_max_grad_norm``, Gaussian noise of std σ·C added to their sum, σ given
@@ -169,68 +147,54 @@ class FedAvgExecutor(Executor):
         dp_max_grad_norm: float = DPSettings.max_grad_norm,
     ):
         super().__init__()
-        if isinstance(dataset, str):
-            check_choice("dataset", dataset, DATASETS + SITE_DATASETS)
-        elif not isinstance(dataset, Dataset):
-            raise ValueError(f"dataset must be a dataset name or a torch Dataset, got {type(dataset).__name__}")
-        if val_dataset is not None and not isinstance(val_dataset, Dataset):
-            raise ValueError(f"val_dataset must be a torch Dataset or None, got {type(val_dataset).__name__}")
-        self._site_data_settings = site_data_settings(dataset, site_data, seed)
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module such as nvflare_moon.models.Network, got {model!r}")
-        check_number("num_sites", num_sites, low=1, integer=True)
-        check_choice("partition", partition, PARTITION_METHODS)
-        check_number("beta", beta, low=0, low_inclusive=False)
-        check_number("seed", seed, low=0, integer=True)
-        check_number("local_epochs", local_epochs, low=1, integer=True)
-        check_number("batch_size", batch_size, low=1, integer=True)
-        check_number("lr", lr, low=0, low_inclusive=False)
-        check_number("momentum", momentum, low=0)
-        check_number("weight_decay", weight_decay, low=0)
-        resolve_device(device)
-        if num_threads is not None:
-            check_number("num_threads", num_threads, low=1, integer=True)
-        if resume_from_job_id is not None and (not isinstance(resume_from_job_id, str) or not resume_from_job_id):
-            raise ValueError(f"resume_from_job_id must be a job id or None, got {resume_from_job_id!r}")
-        if resume_state_dir is not None and (resume_from_job_id is None or not os.path.isabs(resume_state_dir)):
-            raise ValueError(
-                f"resume_state_dir must be an absolute folder, given with resume_from_job_id; got {resume_state_dir!r}"
-            )
-        self.dataset = dataset
-        self.val_dataset = val_dataset
-        self.data_root = data_root
-        self.download = download
-        self.site_data = site_data
-        self.model = model
-        self.num_sites = num_sites
-        self.partition = partition
-        self.beta = beta
-        self.seed = seed
-        self.local_epochs = local_epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.momentum = momentum
-        self.weight_decay = weight_decay
-        self.device = device
-        self.num_threads = num_threads
-        self.train_task_name = train_task_name
-        self.validate_task_name = validate_task_name
-        self.submit_model_task_name = submit_model_task_name
-        self.resume_from_job_id = resume_from_job_id
-        self.resume_state_dir = resume_state_dir
+        if val_dataset is not None and not isinstance(val_dataset, Dataset):
+            raise ValueError(f"val_dataset must be a torch Dataset or None, got {type(val_dataset).__name__}")
+        self.data_spec = DataSpec(
+            dataset=dataset,
+            data_root=data_root,
+            download=download,
+            site_data=site_data,
+            num_sites=num_sites,
+            partition=partition,
+            beta=beta,
+            seed=seed,
+        )
+        self._site_data_settings = site_data_settings(dataset, site_data, seed)
+        self.training_spec = TrainingSpec(
+            local_epochs=local_epochs,
+            batch_size=batch_size,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            device=device,
+            num_threads=num_threads,
+            amp=amp,
+            clinical_metrics=clinical_metrics,
+        )
+        check_continuation(resume_from_job_id, resume_state_dir)
         check_flag("send_weight_diff", send_weight_diff)
-        self.send_weight_diff = send_weight_diff
         check_flag("encrypted_aggregation", encrypted_aggregation)
-        self.encrypted_aggregation = encrypted_aggregation
-        check_flag("clinical_metrics", clinical_metrics)
-        self.clinical_metrics = clinical_metrics
-        check_flag("amp", amp)
-        self.amp = amp
-        self.dp_noise_multiplier = dp_noise_multiplier
-        self.dp_target_epsilon = dp_target_epsilon
-        self.dp_delta = dp_delta
-        self.dp_max_grad_norm = dp_max_grad_norm
         self.dp_settings = DPSettings.from_arguments(dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm)
+        store_arguments(
+            self,
+            model=model,
+            val_dataset=val_dataset,
+            **spec_fields(self.data_spec),
+            **spec_fields(self.training_spec),
+            train_task_name=train_task_name,
+            validate_task_name=validate_task_name,
+            submit_model_task_name=submit_model_task_name,
+            resume_from_job_id=resume_from_job_id,
+            resume_state_dir=resume_state_dir,
+            send_weight_diff=send_weight_diff,
+            encrypted_aggregation=encrypted_aggregation,
+            dp_noise_multiplier=dp_noise_multiplier,
+            dp_target_epsilon=dp_target_epsilon,
+            dp_delta=dp_delta,
+            dp_max_grad_norm=dp_max_grad_norm,
+        )
         if self.dp_settings is not None:
             check_dp_training(self.model, self.amp, type(self).__name__, self.dp_refusal)
         self._net: Optional[nn.Module] = None
@@ -566,6 +530,17 @@ class FedAvgExecutor(Executor):
             run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(self.resume_from_job_id)
             directory = os.path.join(run_dir, STATE_FOLDER)
         return ContinuedStateStore(own, SiteStateStore(directory, name, site, self.resume_from_job_id))
+
+
+def check_continuation(resume_from_job_id: Optional[str], resume_state_dir: Optional[str]) -> None:
+    """Raise ValueError, naming the argument, unless the continuation arguments are None or a job id and an absolute
+    folder given with it."""
+    if resume_from_job_id is not None and (not isinstance(resume_from_job_id, str) or not resume_from_job_id):
+        raise ValueError(f"resume_from_job_id must be a job id or None, got {resume_from_job_id!r}")
+    if resume_state_dir is not None and (resume_from_job_id is None or not os.path.isabs(resume_state_dir)):
+        raise ValueError(
+            f"resume_state_dir must be an absolute folder, given with resume_from_job_id; got {resume_state_dir!r}"
+        )
 
 
 def check_he_context(fl_ctx: FLContext) -> None:

@@ -53,7 +53,10 @@ def _discover() -> Dict[str, Method]:
     name registered twice, is an error that names the module."""
     found: Dict[str, Method] = {}
     candidates = [
-        (f"{__name__}.{info.name}", lambda name=info.name: getattr(importlib.import_module(f"{__name__}.{name}"), "METHOD", None))
+        (
+            f"{__name__}.{info.name}",
+            lambda name=info.name: getattr(importlib.import_module(f"{__name__}.{name}"), "METHOD", None),
+        )
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
     ]
     candidates += [(entry.value, entry.load) for entry in entry_points(group=ENTRY_POINT_GROUP)]

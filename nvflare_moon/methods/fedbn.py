@@ -126,7 +126,11 @@ class PTFedBNHelper:
     """
 
     def __init__(
-        self, model: nn.Module, state_dir: Optional[str] = None, job_id: Optional[str] = None, site: Optional[str] = None
+        self,
+        model: nn.Module,
+        state_dir: Optional[str] = None,
+        job_id: Optional[str] = None,
+        site: Optional[str] = None,
     ):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")

@@ -17,12 +17,13 @@ from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..core.dp import DPSettings
 from ..core.sampling import sites_per_round
+from ..core.specs import DataSpec, TrainingSpec, spec_fields, store_arguments
+from ..core.validation import check_choice, check_number
 from ..data import DATASETS, NUM_CLASSES
 from ..data.site_data import site_data_settings
 from ..data.site_files import SITE_DATASETS
-from ..filters.encryption import add_encrypted_server, add_encryption_filters, check_encryption
 from ..executors import FedAvgExecutor
-from ..models import Network
+from ..filters.encryption import add_encrypted_server, add_encryption_filters, check_encryption
 from ..filters.privacy import (
     add_update_filters,
     check_privacy_filters,
@@ -31,13 +32,7 @@ from ..filters.privacy import (
     sends_weight_diff,
     withholds_entries,
 )
-from .sites import (
-    add_client_apps,
-    allow_plugin_in_simulation,
-    byoc_marker,
-    check_per_site_config,
-    note_exported_without_custom,
-)
+from ..models import Network
 from ..server import (
     GlobalModelEvaluator,
     RunOutcomeCheck,
@@ -49,55 +44,14 @@ from ..server import (
 )
 from ..server.evaluator import check_key_metric
 from ..sim.fixes import COMPONENT_ID, SimulatorFixes
-from ..core.validation import check_number
+from .sites import (
+    add_client_apps,
+    allow_plugin_in_simulation,
+    byoc_marker,
+    check_per_site_config,
+    note_exported_without_custom,
+)
 
-# The constructor's arguments kept on the recipe under their own names, and those every site's executor takes as they are.
-STORED_ARGUMENTS = (
-    "min_clients",
-    "num_rounds",
-    "num_sites",
-    "dataset",
-    "site_data",
-    "data_root",
-    "arch",
-    "initial_weights",
-    "out_dim",
-    "seed",
-    "sample_fraction",
-    "server_evaluation",
-    "stop_cond",
-    "patience",
-    "byoc",
-    "quantization",
-    "privacy_filters",
-    "encryption",
-    "clinical_metrics",
-    "key_metric",
-    "key_metric_mode",
-)
-EXECUTOR_ARGUMENTS = (
-    "dataset",
-    "data_root",
-    "download",
-    "site_data",
-    "num_sites",
-    "partition",
-    "beta",
-    "seed",
-    "local_epochs",
-    "batch_size",
-    "lr",
-    "momentum",
-    "weight_decay",
-    "device",
-    "num_threads",
-    "clinical_metrics",
-    "amp",
-    "dp_noise_multiplier",
-    "dp_target_epsilon",
-    "dp_delta",
-    "dp_max_grad_norm",
-)
 # What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
 PER_SITE_KEYS = ("data_root", "device", "num_threads")
 
@@ -202,19 +156,70 @@ class FedAvgBaselineRecipe(Recipe):
         key_metric: Optional[str] = None,
         key_metric_mode: Optional[str] = None,
     ):
-        arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
-        arguments["num_sites"] = min_clients if num_sites is None else num_sites
         if server_evaluation is None:
-            arguments["server_evaluation"] = dataset not in SITE_DATASETS  # the sites' own images: none on the server
-        arguments["privacy_filters"] = self._check_options(arguments)
-        for stored in STORED_ARGUMENTS:
-            setattr(self, stored, arguments[stored])
+            server_evaluation = dataset not in SITE_DATASETS  # the sites' own images: none on the server
+        # the job's own options, under their own names (NVFlare's job exporter and our subclasses read them)
+        store_arguments(
+            self,
+            min_clients=min_clients,
+            num_rounds=num_rounds,
+            num_sites=min_clients if num_sites is None else num_sites,
+            dataset=dataset,
+            site_data=site_data,
+            data_root=data_root,
+            arch=arch,
+            initial_weights=initial_weights,
+            out_dim=out_dim,
+            seed=seed,
+            sample_fraction=sample_fraction,
+            server_evaluation=server_evaluation,
+            stop_cond=stop_cond,
+            patience=patience,
+            byoc=byoc,
+            quantization=quantization,
+            privacy_filters=privacy_filters,
+            encryption=encryption,
+            clinical_metrics=clinical_metrics,
+            key_metric=key_metric,
+            key_metric_mode=key_metric_mode,
+        )
+        self.privacy_filters = self._check_options()
+        # what every site's executor takes, checked here where the job is built (the executor checks them again)
+        self.data_spec = DataSpec(
+            dataset=dataset,
+            data_root=data_root,
+            download=download,
+            site_data=site_data,
+            num_sites=self.num_sites,
+            partition=partition,
+            beta=beta,
+            seed=seed,
+        )
+        self.training_spec = TrainingSpec(
+            local_epochs=local_epochs,
+            batch_size=batch_size,
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            device=device,
+            num_threads=num_threads,
+            amp=amp,
+            clinical_metrics=clinical_metrics,
+        )
+        dp_arguments = dict(
+            dp_noise_multiplier=dp_noise_multiplier,
+            dp_target_epsilon=dp_target_epsilon,
+            dp_delta=dp_delta,
+            dp_max_grad_norm=dp_max_grad_norm,
+        )
         self.allow_partial_updates = withholds_entries(self.privacy_filters)  # for make_aggregator
         self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
         self._network_args = self._network_args_for(dataset, site_data, seed)
         self._executor_args = dict(
             model=self.network(),
-            **{argument: arguments[argument] for argument in EXECUTOR_ARGUMENTS},
+            **spec_fields(self.data_spec),
+            **spec_fields(self.training_spec),
+            **dp_arguments,
             send_weight_diff=sends_weight_diff(self.privacy_filters),
             encrypted_aggregation=encryption is not None,
         )
@@ -225,40 +230,39 @@ class FedAvgBaselineRecipe(Recipe):
 
     # ---- the steps of the constructor ---------------------------------------------------------------------------
 
-    def _check_options(self, arguments: Dict[str, Any]) -> List[Filter]:
-        """Raise ValueError, naming the argument, for an option this job cannot run with (the executor's arguments are
-        checked by the executor); the checked privacy filters. ``arguments`` are the constructor's."""
-        check_quantization(arguments["quantization"])
-        privacy_filters = check_privacy_filters(arguments["privacy_filters"])
-        options = {"privacy_filters": privacy_filters, "encryption": arguments["encryption"]}
+    def _check_options(self) -> List[Filter]:
+        """Raise ValueError, naming the argument, for a job option this job cannot run with (the executor's arguments
+        are checked by their specs); the checked privacy filters."""
+        check_quantization(self.quantization)
+        privacy_filters = check_privacy_filters(self.privacy_filters)
+        options = {"privacy_filters": privacy_filters, "encryption": self.encryption}
         refuse_unsupported(type(self).__name__, options, self.option_limits)
-        check_number("min_clients", arguments["min_clients"], low=1, integer=True)
-        check_number("num_rounds", arguments["num_rounds"], low=1, integer=True)
-        check_number("num_sites", arguments["num_sites"], low=arguments["min_clients"], integer=True)
-        sites_per_round(arguments["num_sites"], arguments["sample_fraction"])
-        if arguments["sample_fraction"] < 1 and arguments["num_sites"] != arguments["min_clients"]:
+        check_number("min_clients", self.min_clients, low=1, integer=True)
+        check_number("num_rounds", self.num_rounds, low=1, integer=True)
+        check_number("num_sites", self.num_sites, low=self.min_clients, integer=True)
+        sites_per_round(self.num_sites, self.sample_fraction)
+        if self.sample_fraction < 1 and self.num_sites != self.min_clients:
             raise ValueError(
-                f"sample_fraction={arguments['sample_fraction']} samples from all sites: set min_clients={arguments['num_sites']} "
+                f"sample_fraction={self.sample_fraction} samples from all sites: set min_clients={self.num_sites} "
                 "(= num_sites)"
             )
-        if arguments["dataset"] not in DATASETS + SITE_DATASETS:
-            raise ValueError(f"dataset must be one of {sorted(DATASETS + SITE_DATASETS)}, got {arguments['dataset']!r}")
-        if arguments["server_evaluation"] and arguments["dataset"] in SITE_DATASETS:
+        check_choice("dataset", self.dataset, DATASETS + SITE_DATASETS)
+        if self.server_evaluation and self.dataset in SITE_DATASETS:
             raise ValueError(
-                f"server_evaluation=True needs a test split on the server, which dataset={arguments['dataset']!r} (the sites' "
+                f"server_evaluation=True needs a test split on the server, which dataset={self.dataset!r} (the sites' "
                 "own images) does not have; set server_evaluation=False: the key metric is then the sites' local "
                 "accuracy"
             )
-        check_stop_condition(arguments["stop_cond"], arguments["patience"])
-        check_initial_weights_path(arguments["initial_weights"])
-        check_key_metric(arguments["key_metric"], arguments["key_metric_mode"], arguments["clinical_metrics"])
+        check_stop_condition(self.stop_cond, self.patience)
+        check_initial_weights_path(self.initial_weights)
+        check_key_metric(self.key_metric, self.key_metric_mode, self.clinical_metrics)
         check_encryption(
-            arguments["encryption"],
-            quantization=arguments["quantization"],
+            self.encryption,
+            quantization=self.quantization,
             privacy_filters=privacy_filters,
-            server_evaluation=arguments["server_evaluation"],
-            sample_fraction=arguments["sample_fraction"],
-            stop_cond=arguments["stop_cond"],
+            server_evaluation=self.server_evaluation,
+            sample_fraction=self.sample_fraction,
+            stop_cond=self.stop_cond,
         )
         return privacy_filters
 

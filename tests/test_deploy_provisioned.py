@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 from nvflare.lighter.utils import update_storage_locations
+from nvflare.recipe import ProdEnv
 
 from nvflare_moon.ops import submit
+from nvflare_moon.ops.submit import JobResults
 from nvflare_moon.recipes import DataCheckRecipe
 from nvflare_moon.recipes import MoonRecipe
 
@@ -198,3 +200,31 @@ def test_two_hospitals_train_on_their_own_image_folders_at_paths_only_they_know(
         )
     for hospital, folder in folders.items():  # decoded on the hospital's machine, beside its images
         assert len(list((folder / ".nvflare_moon_decoded").iterdir())) == 1
+
+
+def test_a_recipe_runs_on_the_federation_with_prod_env(federation):
+    """docs/deployment.md, "From a recipe": ``recipe.execute(ProdEnv(...))`` with the admin's startup kit submits the
+    recipe's job (NVFlare exports it into a temporary folder), and ``Run.get_result`` waits and downloads the result.
+    The recipe's default ``byoc=True``: the project admin has the byoc right, so no allow-list is needed."""
+    kits, session, _ = federation
+    recipe = MoonRecipe(
+        name="moon_prod_env",
+        min_clients=2,
+        num_rounds=ROUNDS,
+        dataset="synthetic",
+        local_epochs=1,
+        batch_size=32,
+        lr=0.05,
+        num_threads=1,
+    )
+    run = recipe.execute(ProdEnv(startup_kit_location=str(kits / ADMIN), username=ADMIN, login_timeout=30))
+    job_id = run.get_job_id()
+    result = run.get_result(timeout=180)  # NVFlare's monitor_job, then download_job_result into the kit's transfer/
+    assert run.get_status() == submit.COMPLETED, (run.get_status(), submit.failure_reasons(session, job_id))
+    assert result is not None and Path(result).is_relative_to(kits / ADMIN / "transfer"), result  # its download_dir
+    results = JobResults(result).check()  # the global model, global_metrics.jsonl and the TensorBoard events
+    assert [m["round"] for m in results.metrics()] == list(range(ROUNDS))
+    assert set(results.metrics()[-1]["site_metrics"]) == set(HOSPITALS)
+    for hospital in HOSPITALS:
+        record = saved_state(kits / hospital, job_id)
+        assert (record["site"], record["job_id"], record["round"]) == (hospital, job_id, ROUNDS - 1)

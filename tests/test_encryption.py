@@ -18,7 +18,7 @@ from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
 from nvflare_moon.core.weights import load_numpy_state, restore_shapes
 from nvflare_moon.executors import FedAvgExecutor
-from nvflare_moon.executors import fedavg as fedavg_module
+from nvflare_moon.executors import weight_exchange
 from nvflare_moon.recipes import (
     FedAvgBaselineRecipe,
     FedProxRecipe,
@@ -131,7 +131,7 @@ def test_without_encryption_the_job_has_no_he_part(tmp_path):
 
 
 def he_site(tmp_path, monkeypatch):
-    monkeypatch.setattr(fedavg_module, "check_he_context", lambda fl_ctx: None)  # no kit here: see the POC test
+    monkeypatch.setattr(weight_exchange, "check_he_context", lambda fl_ctx: None)  # no kit here: see the POC test
     executor = FedAvgExecutor(
         model=tiny_net(seed=7), dataset=tiny_dataset(LABELS), encrypted_aggregation=True, **SETTINGS
     )

@@ -215,17 +215,12 @@ class PTFedSSCHelper(PTMoonHelper):
         """μ_moon·ℓ_con + μ_glob·ℓ_glob for the batch ``x`` with labels ``y`` and representation ``z``; records the
         class means of ``z``."""
         fedssc = self._started()
-        penalty, parts = fedssc.moon.objective.penalty(x, z)
-        loss = z.new_zeros(()) if penalty is None else fedssc.moon.mu * penalty
-        for name, value in parts.items():
-            self._terms.add(name, value)
         if fedssc.prototype_dim is not None and z.shape[1] != fedssc.prototype_dim:
             raise ValueError(f"z has {z.shape[1]} features but the received prototypes have {fedssc.prototype_dim}")
-        prototype = fedssc.objective.prototype_term(z, y)
-        if prototype is None:
-            return loss
-        self._terms.add("prototype_contrastive", prototype)
-        return loss + self.fedssc_settings.mu_glob * prototype
+        loss, terms = fedssc.objective.add_terms(z.new_zeros(()), x, z, y)
+        for name, value in terms.items():
+            self._terms.add(name, value)
+        return loss
 
     def upload_meta(self, num_samples: int) -> Dict[str, Any]:
         """``num_samples`` and this round's class means and counts (classes below ``min_class_count`` withheld,

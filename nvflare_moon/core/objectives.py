@@ -197,7 +197,7 @@ class FedSSCObjective:
     per-class running mean the site uploads.
 
     Args:
-        moon: the round's MOON objective, ``CE + μ_moon·ℓ_moon`` (:class:`MoonObjective`).
+        moon: the round's MOON objective, ``CE + μ_moon·ℓ_moon`` (:class:`MoonObjective`, or the ℓ2 ablation's).
         prototypes: the shared prototypes ``[K, D]`` on the training device, or None.
         available: ``[K]`` bool, the classes that have a prototype; None with ``prototypes``.
         mu_glob: μ_glob ≥ 0.
@@ -207,7 +207,7 @@ class FedSSCObjective:
 
     def __init__(
         self,
-        moon: Callable[[ModelOutput, torch.Tensor, torch.Tensor], Tuple[torch.Tensor, LossTerms]],
+        moon: PenalizedObjective,
         prototypes: Optional[torch.Tensor],
         available: Optional[torch.Tensor],
         mu_glob: float,
@@ -237,13 +237,25 @@ class FedSSCObjective:
             return None
         return prototype_contrastive_loss(z, y, self.prototypes, self.available, self.temperature)
 
+    def add_terms(
+        self, loss: torch.Tensor, x: torch.Tensor, z: torch.Tensor, y: torch.Tensor
+    ) -> Tuple[torch.Tensor, LossTerms]:
+        """``loss + μ_moon·ℓ_moon + μ_glob·ℓ_glob`` of the batch ``x`` with projections ``z`` and labels ``y``, added in
+        that order (a dropped term is not added), and the unweighted terms by name; records the class means. The
+        executors add them to CE, a Client API script's helper (``PTFedSSCHelper.loss``) to zero."""
+        penalty, terms = self.moon.penalty(x, z)
+        if penalty is not None:
+            loss = loss + self.moon.mu * penalty
+        prototype = self.prototype_term(z, y)
+        if prototype is not None:
+            terms["prototype_contrastive"] = prototype
+            loss = loss + self.mu_glob * prototype
+        return loss, terms
+
     def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
-        loss, terms = self.moon(out, x, y)
-        prototype = self.prototype_term(out.projection, y)
-        if prototype is None:
-            return loss, terms
-        terms["prototype_contrastive"] = prototype
-        return loss + self.mu_glob * prototype, terms
+        ce = F.cross_entropy(out.logits, y)
+        loss, terms = self.add_terms(ce, x, out.projection, y)
+        return loss, {"ce": ce, **terms}
 
 
 HISTORY_CHOICES = ("epoch", "round")

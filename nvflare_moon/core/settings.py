@@ -2,9 +2,10 @@
 
 Each method names, checks and sends its settings in one place: a frozen dataclass (:class:`~.moon.MoonSettings`,
 :class:`~.fedssc.FedSSCSettings`, :class:`~.fedsiam_da.FedSiamDASettings`) whose ``__post_init__`` checks every field
-with a message that names it. Executors build it from their constructor arguments (the job's config); the Client API
-recipes send it in every training model's meta, under ``<prefix><field>`` (``moon_mu``, ``fedssc_mu_glob``, ...), and
-the helpers read it back with :func:`settings_from_meta`, so both sides hold the same object.
+with a message that names it. Executors build it, field by field, from their constructor arguments (the job's
+config) and keep the fields under their own names (:func:`keep_settings`); the Client API recipes send it in every
+training model's meta, under ``<prefix><field>`` (``moon_mu``, ``fedssc_mu_glob``, ...), and the helpers read it back
+with :func:`settings_from_meta`, so both sides hold the same object.
 """
 
 import dataclasses
@@ -44,10 +45,9 @@ def settings_from_meta(
         raise ValueError(f"the received meta holds an invalid setting (sent by {recipe}): {prefix}{e}") from e
 
 
-def settings_from_arguments(cls: Type[Settings], arguments: Mapping[str, Any], owner: Any) -> Settings:
-    """The ``cls`` built (and so checked) from a constructor's arguments of the same names (its ``locals()``), each
-    also stored on ``owner`` under its own name, where NVFlare's job exporter reads constructor arguments back."""
-    settings = cls(**{field.name: arguments[field.name] for field in dataclasses.fields(cls)})
-    for field in dataclasses.fields(cls):
+def keep_settings(owner: Any, settings: Settings) -> Settings:
+    """Store every field of ``settings`` on ``owner`` under its own name, where NVFlare's job exporter reads an
+    executor's constructor arguments back; returns ``settings``."""
+    for field in dataclasses.fields(settings):
         setattr(owner, field.name, getattr(settings, field.name))
     return settings

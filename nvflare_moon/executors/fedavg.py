@@ -16,9 +16,7 @@ Every executor also evaluates on the site's own test data and answers NVFlare's 
   is there when the process has been restarted since (the simulator with ``-t < -n``).
 """
 
-import os
 import time
-import zlib
 from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
@@ -27,36 +25,50 @@ import torch.nn as nn
 from nvflare.apis.analytix import AnalyticsDataType
 from nvflare.apis.event_type import EventType
 from nvflare.apis.executor import Executor
-from nvflare.apis.fl_constant import FLMetaKey, ReturnCode
+from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import ReservedHeaderKey, Shareable, make_reply
 from nvflare.apis.signal import Signal
 from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic_dxo
-from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 from torch.utils.data import Dataset
 
-from ..core.aggregation import NUM_SAMPLES
 from ..core.dp import DPSettings, check_dp_training
 from ..core.dp_training import DPSGD, LEDGER_STATE, SitePrivacy, without_training_figures
 from ..core.job_state import ContinuedStateStore
 from ..core.rounds import FedAvgRound
 from ..core.runtime import resolve_device, resolve_num_threads
 from ..core.specs import DataSpec, TrainingSpec, spec_fields, store_arguments
-from ..core.state import STATE_FOLDER, SiteStateStore, StateUnusable, tensor_signature
-from ..core.training import TrainResult, clinical_evaluation, evaluate, frozen_copy, sgd, train_local
-from ..core.validation import JOB_REFUSED_HEADER, check_flag
-from ..core.weights import load_numpy_state, restore_shapes, state_dict_to_numpy
+from ..core.state import SiteStateStore
+from ..core.training import TrainResult, sgd, train_local
+from ..core.validation import JOB_REFUSED_HEADER
+from ..core.weights import load_numpy_state
 from ..data.site_data import site_data_settings
-from ..data.site_files import SITE_DATASETS, resolve_site_root
-from ..data.sources import PartitionedSource, SiteImagesSource, TorchDatasetSource, dataset_batches
 from ..models import check_num_classes
+from . import weight_exchange
+from .cross_site import format_metrics, submit_model_reply, validate_reply
+from .local_data import LocalEvaluation, check_one_batch, open_site_source, round_batches
 from .site_identity import check_site_identity
+from .site_states import SiteStates
+from .weight_exchange import WeightExchange
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
 
-HE_CLIENT_CONTEXT = "client_context.tenseal"  # what NVFlare's HEBuilder writes into a site's kit (with the secret key)
+# Exported job configs show the papers' hyperparameters even where they equal the defaults.
+PAPER_HYPERPARAMETERS = (
+    "dataset",
+    "num_sites",
+    "partition",
+    "beta",
+    "seed",
+    "local_epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "weight_decay",
+)
 
 
 class FedAvgExecutor(Executor):
@@ -76,41 +88,17 @@ class FedAvgExecutor(Executor):
             trains and evaluates, the fields of :class:`~nvflare_moon.core.specs.TrainingSpec`.
         train_task_name, validate_task_name, submit_model_task_name: the tasks this executor answers (NVFlare's
             names by default, which its ``CrossSiteModelEval`` sends).
-        resume_from_job_id: the id of the failed job that this job continues (see :mod:`nvflare_moon.ops.continuation`).
-            Where this site has no state of its own yet, it takes the state it saved in that job.
-        resume_state_dir: where that job's state is, as ``<resume_state_dir>/<site>/<name>.pt``; None: in the
-            site's run folder of that job (POC and production). A continued simulator job sets it, because the
-            simulator wipes its workspace at the start.
-        send_weight_diff: send w_local − w_global (``params_type`` DIFF) instead of the weights, for task-result
-            filters made for differences (NVFlare's ``PercentilePrivacy``, ``SVTPrivacy``); our aggregators add it
-            back to the global model. The site's own state (previous models, controls) is unaffected.
-        encrypted_aggregation: the job runs NVFlare's HE filters (the recipes' ``encryption="ckks"``): the site
-            checks at start that its kit holds the HE context, restores the shapes of the decrypted global model
-            (CKKS vectors are flat), and puts its sample count n_k in ``NUM_STEPS_CURRENT_ROUND``, the number
-            NVFlare's ``HEModelEncryptor`` multiplies the weights by before encrypting them (its aggregator divides
-            the encrypted sum by Σ n_k), so that the aggregate stays FedAvg's n_k-weighted mean.
+        resume_from_job_id, resume_state_dir: the failed job this job continues
+            (:mod:`nvflare_moon.ops.continuation`), whose state this site takes where it has none of its own yet
+            (:class:`~nvflare_moon.executors.site_states.SiteStates`).
+        send_weight_diff, encrypted_aggregation: send w_local − w_global instead of the weights; the job runs
+            NVFlare's HE filters (:class:`~nvflare_moon.executors.weight_exchange.WeightExchange`).
         dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm: DP-SGD in local training, the fields of
-            :class:`~nvflare_moon.core.dp.DPSettings` (``docs/differential_privacy.md``): every sample's gradient
-            clipped to the norm C = ``dp_max_grad_norm``, Gaussian noise of std σ·C added to their sum, σ given
-            (``dp_noise_multiplier``) or calibrated so that the site spends at most ``dp_target_epsilon`` in the job.
-            The site reports the ε it has spent (``dp_epsilon``, with ``dp_delta``) every round and keeps its
-            training-loss figures in its own log. Both None (default): off. Needs Opacus (the extra ``dp``), a network
-            without BatchNorm and ``amp=False``.
+            :class:`~nvflare_moon.core.dp.DPSettings` (``docs/differential_privacy.md``); the site reports the ε it
+            has spent (``dp_epsilon``) every round. Both None (default): off.
     """
 
-    # Exported job configs show the papers' hyperparameters even where they equal the defaults.
-    _always_serialize_args = (
-        "dataset",
-        "num_sites",
-        "partition",
-        "beta",
-        "seed",
-        "local_epochs",
-        "batch_size",
-        "lr",
-        "momentum",
-        "weight_decay",
-    )
+    _always_serialize_args = PAPER_HYPERPARAMETERS
     dp_refusal: Optional[str] = None  # why the method cannot train with DP-SGD; None: it can
 
     def __init__(
@@ -173,9 +161,8 @@ class FedAvgExecutor(Executor):
             amp=amp,
             clinical_metrics=clinical_metrics,
         )
-        check_continuation(resume_from_job_id, resume_state_dir)
-        check_flag("send_weight_diff", send_weight_diff)
-        check_flag("encrypted_aggregation", encrypted_aggregation)
+        self._states = SiteStates(resume_from_job_id, resume_state_dir)
+        self._exchange = WeightExchange(send_weight_diff, encrypted_aggregation)
         self.dp_settings = DPSettings.from_arguments(dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm)
         store_arguments(
             self,
@@ -202,8 +189,7 @@ class FedAvgExecutor(Executor):
         self._data = None  # the site's data source (nvflare_moon.data.sources), opened at the job's start
         self._num_samples = 0
         self._torch_device = torch.device("cpu")
-        self._local_test = None  # the local test batches (None: the site has none)
-        self._local_test_ready = False
+        self._local_evaluation: Optional[LocalEvaluation] = None
         self._round = None  # the method's round object (nvflare_moon.core.rounds), made anew every round
         self._upload_meta: Dict[str, Any] = {}
 
@@ -222,24 +208,22 @@ class FedAvgExecutor(Executor):
     def _setup(self, fl_ctx: FLContext) -> None:
         check_site_identity(fl_ctx)
         if self.encrypted_aggregation:
-            check_he_context(fl_ctx)
+            weight_exchange.check_he_context(fl_ctx)
         site = fl_ctx.get_identity_name()
         torch.set_num_threads(resolve_num_threads(self.num_threads))
         self._torch_device = resolve_device(self.device)
-        self._data = self._open_data(fl_ctx)
+        own_images = self.data_spec.own_images  # only they resolve a path in the site's workspace
+        workspace_root = fl_ctx.get_engine().get_workspace().get_root_dir() if own_images else None
+        self._data = open_site_source(
+            self.data_spec, self._site_data_settings, self.val_dataset, site, workspace_root, self._torch_device
+        )
         if self._data.num_classes is not None:
             check_num_classes(self.model, self._data.num_classes, self.dataset)
         self._num_samples = self._data.num_samples
-        if self._num_samples < self.batch_size:
-            fix = (
-                "or add images (val_fraction holds out a share of them where the site has no test split)"
-                if self.dataset in SITE_DATASETS
-                else "or split the data over fewer sites (num_sites)"
-            )
-            raise ValueError(
-                f"site {site} has {self._num_samples} training samples, fewer than batch_size={self.batch_size}; "
-                f"lower batch_size, {fix}"
-            )
+        check_one_batch(site, self._num_samples, self.batch_size, self.data_spec)
+        self._local_evaluation = LocalEvaluation(
+            self._data, self.val_dataset, self._torch_device, self.clinical_metrics
+        )
         self._net = self.model.to(self._torch_device)
         self.log_info(
             fl_ctx,
@@ -248,67 +232,18 @@ class FedAvgExecutor(Executor):
             f"{torch.get_num_threads()} threads",
         )
 
-    def _open_data(self, fl_ctx: FLContext):
-        """The site's data source, as ``dataset`` says (see :mod:`nvflare_moon.data.sources`)."""
-        site = fl_ctx.get_identity_name()
-        if not isinstance(self.dataset, str):
-            return TorchDatasetSource(self.dataset, self.val_dataset)
-        if self.dataset in SITE_DATASETS:
-            workspace_root = fl_ctx.get_engine().get_workspace().get_root_dir()
-            root = resolve_site_root(self.data_root, site, workspace_root)
-            return SiteImagesSource(self._site_data_settings, root, site, workspace_root)
-        on_gpu = self._torch_device if self._torch_device.type == "cuda" else None
-        return PartitionedSource(
-            self.dataset,
-            self.data_root,
-            self.download,
-            site,
-            self.num_sites,
-            self.partition,
-            self.beta,
-            self.seed,
-            device=on_gpu,
-        )
-
-    def _setup_failed_reply(self, task: Shareable, fl_ctx: FLContext) -> Shareable:
-        """The answer of a site that could not set up, or whose server refused the job: an error carrying the
-        reason, which the server logs and NVFlare's controller turns into a failed job."""
-        refused = task.get_header(JOB_REFUSED_HEADER)
-        error = f"the server refused the job: {refused}" if refused else self._setup_error
-        error = error or f"{fl_ctx.get_identity_name()} cannot train: training was not set up"
-        return make_reply(ReturnCode.EXECUTION_EXCEPTION, headers={ReservedHeaderKey.ERROR: error})
-
-    def _round_batches(self, site: str, round_number: int):
-        """The round's batches. The order is a function of (seed, site, round) alone, so a client process that is
-        restarted between rounds (the simulator with ``-t < -n``) trains exactly as one that lives on."""
-        seed = zlib.crc32(f"{self.seed}/{site}/{round_number}".encode())
-        return self._data.train_batches(self.batch_size, seed)
-
-    # ---- local test data ---------------------------------------------------------------------------------------
-
-    def _local_test_batches(self, fl_ctx: FLContext):
-        """The site's local test batches, built on first use; None, with a warning naming the site, if it has none."""
-        if not self._local_test_ready:
-            site = fl_ctx.get_identity_name()
-            if self.val_dataset is not None:
-                self._local_test, why = dataset_batches(self.val_dataset), "its val_dataset is empty"
-            else:
-                self._local_test, why = self._data.test_batches(), self._data.no_test_reason
-            if self._local_test is None:
-                self.log_warning(fl_ctx, f"{site} has no local test data ({why}); its local metrics are not reported")
-            self._local_test_ready = True
-        return self._local_test
-
     def evaluate_locally(self, model: nn.Module, fl_ctx: FLContext) -> Dict[str, float]:
         """``accuracy`` and ``loss`` of ``model`` on the site's local test data, and the clinical figures where asked
         for; empty when the site has none."""
-        batches = self._local_test_batches(fl_ctx)
-        if batches is None:
-            return {}
-        if not self.clinical_metrics:
-            return evaluate(model, batches, self._torch_device)
-        figures, clinical = clinical_evaluation(model, batches, self._torch_device)
-        self.log_info(fl_ctx, f"{fl_ctx.get_identity_name()}: confusion matrix (rows: true class) {clinical.confusion}")
+        site, evaluation = fl_ctx.get_identity_name(), self._local_evaluation
+        warn = evaluation.missing is None
+        figures, confusion = evaluation.evaluate(model)
+        if warn and evaluation.missing is not None:
+            self.log_warning(
+                fl_ctx, f"{site} has no local test data ({evaluation.missing}); its local metrics are not reported"
+            )
+        if confusion is not None:
+            self.log_info(fl_ctx, f"{site}: confusion matrix (rows: true class) {confusion}")
         return figures
 
     # ---- the tasks --------------------------------------------------------------------------------------------
@@ -316,13 +251,13 @@ class FedAvgExecutor(Executor):
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         tasks = {
             self.train_task_name: self._train,
-            self.validate_task_name: self._validate,
-            self.submit_model_task_name: self._submit_model,
+            self.validate_task_name: lambda task, ctx, signal: validate_reply(self, task, ctx),
+            self.submit_model_task_name: lambda task, ctx, signal: submit_model_reply(self, ctx),
         }
         if task_name not in tasks:
             return make_reply(ReturnCode.TASK_UNKNOWN)
         if self._net is None or shareable.get_header(JOB_REFUSED_HEADER):
-            return self._setup_failed_reply(shareable, fl_ctx)
+            return refusal_reply(shareable, self._setup_error, fl_ctx)
         return tasks[task_name](shareable, fl_ctx, abort_signal)
 
     def _train(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
@@ -330,7 +265,7 @@ class FedAvgExecutor(Executor):
         round_number = received.current_round or 0
         site = fl_ctx.get_identity_name()
         try:
-            load_numpy_state(self._net, self._received_params(received))
+            load_numpy_state(self._net, self.received_params(received))
             global_metrics = self.evaluate_locally(self._net, fl_ctx)
             objective = self.make_objective(round_number, fl_ctx, received.meta or {})
             privacy = self.site_privacy(fl_ctx)
@@ -362,12 +297,13 @@ class FedAvgExecutor(Executor):
         self.log_info(
             fl_ctx,
             f"{site}: round {round_number} trained {result.steps} steps in {seconds:.1f} s "
-            f"({result.steps * self.batch_size / seconds:.0f} img/s); " + _format(metrics),
+            f"({result.steps * self.batch_size / seconds:.0f} img/s); " + format_metrics(metrics),
         )
         if privacy is not None:
             metrics = without_training_figures(metrics)
-        self._stream_metrics(metrics, round_number, fl_ctx)
-        return FLModelUtils.to_shareable(self._reply(received, metrics, result.steps))
+        stream_metrics(self, metrics, round_number, fl_ctx)
+        reply = self._exchange.reply(self._net, received, metrics, result.steps, self._num_samples, self._upload_meta)
+        return FLModelUtils.to_shareable(reply)
 
     def _train_locally(
         self, objective, site: str, round_number: int, abort_signal: Signal, dp_step: Optional[DPSGD]
@@ -376,7 +312,7 @@ class FedAvgExecutor(Executor):
         try:
             return train_local(
                 self._net,
-                self._round_batches(site, round_number),
+                round_batches(self._data, self.batch_size, self.seed, site, round_number),
                 objective,
                 sgd(self._net, self.lr, self.momentum, self.weight_decay),
                 self.local_epochs,
@@ -400,71 +336,14 @@ class FedAvgExecutor(Executor):
         site = fl_ctx.get_identity_name()
         return SitePrivacy(self.dp_settings, store, site, self._num_samples, self.batch_size, steps_per_round)
 
-    def _reply(self, received: FLModel, metrics: Dict[str, float], steps: int) -> FLModel:
-        """The trained weights (or their difference to the received ones) with the metrics and the upload's meta."""
-        params = state_dict_to_numpy(self._net)
-        if self.send_weight_diff:
-            params = {name: value - np.asarray(received.params[name]) for name, value in params.items()}
-        # NVFlare's HE encryptor weighs by NUM_STEPS_CURRENT_ROUND; FedAvg's weight is the sample count
-        steps_or_samples = self._num_samples if self.encrypted_aggregation else steps
-        return FLModel(
-            params=params,
-            params_type=ParamsType.DIFF if self.send_weight_diff else ParamsType.FULL,
-            metrics=metrics,
-            meta={
-                NUM_SAMPLES: self._num_samples,
-                FLMetaKey.NUM_STEPS_CURRENT_ROUND: steps_or_samples,
-                **self._upload_meta,
-            },
-        )
+    def received_params(self, received: FLModel) -> Dict[str, Any]:
+        """The received weights, in the local network's shapes."""
+        return self._exchange.received_params(received, self._net)
 
-    def _stream_metrics(self, metrics: Dict[str, float], round_number: int, fl_ctx: FLContext) -> None:
-        """Fire NVFlare's analytics event for every figure, so that the receivers ``add_experiment_tracking`` sets up
-        (TensorBoard, MLflow, W&B) record them; the recipes' ``ConvertToFedEvent`` forwards them to the server."""
-        for name, value in metrics.items():
-            dxo = create_analytic_dxo(name, float(value), AnalyticsDataType.SCALAR, global_step=int(round_number))
-            send_analytic_dxo(self, dxo, fl_ctx)
-
-    def _validate(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
-        """Cross-site evaluation: the received model (the global one or another site's) on the local test data."""
-        site = fl_ctx.get_identity_name()
-        owner = shareable.get_header(AppConstants.MODEL_OWNER, "the server")
-        received = FLModelUtils.from_shareable(shareable, fl_ctx)
-        model = frozen_copy(self._net)
-        try:
-            load_numpy_state(model, self._received_params(received))
-        except ValueError as e:
-            self.log_error(fl_ctx, f"{site}: cannot evaluate the model of {owner}: {e}")
-            return make_reply(ReturnCode.BAD_TASK_DATA)
-        metrics = self.evaluate_locally(model, fl_ctx)
-        if not metrics:
-            return make_reply(ReturnCode.EMPTY_RESULT)
-        self.log_info(fl_ctx, f"{site}: the model of {owner} on the local test data: " + _format(metrics))
-        return FLModelUtils.to_shareable(FLModel(metrics=metrics))
-
-    def _submit_model(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
-        """Cross-site evaluation: this site's last trained local model, as persisted by ``train``."""
-        site = fl_ctx.get_identity_name()
-        try:
-            stored = self.load_local_model(fl_ctx)
-        except StateUnusable as e:
-            self.log_error(fl_ctx, f"{site}: cannot submit the local model: {e}")
-            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-        if stored is None:
-            self.log_error(fl_ctx, f"{site}: no local model to submit: this site has not trained in this job")
-            return make_reply(ReturnCode.EMPTY_RESULT)
-        round_number, state = stored
-        if tensor_signature(state) != tensor_signature(self._net.state_dict()):
-            self.log_error(fl_ctx, f"{site}: the stored local model (round {round_number}) does not match the network")
-            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-        self.log_info(fl_ctx, f"{site}: submitting the local model trained in round {round_number}")
-        params = {name: t.numpy() for name, t in state.items()}
-        return FLModelUtils.to_shareable(FLModel(params=params, params_type=ParamsType.FULL))
-
-    def _received_params(self, received: FLModel) -> Dict[str, Any]:
-        """The received weights; under HE, decrypted CKKS vectors come flat and take the local network's shapes."""
-        params = received.params or {}
-        return restore_shapes(params, self._net.state_dict()) if self.encrypted_aggregation else params
+    @property
+    def network(self) -> nn.Module:
+        """The site's network (the job's ``model``, on the site's device once the job has started)."""
+        return self._net
 
     # ---- the method: its round object ----------------------------------------------------------------------
 
@@ -511,51 +390,26 @@ class FedAvgExecutor(Executor):
         return None if record is None else (record["round"], record["payload"]["model"])
 
     def state_store(self, name: str, fl_ctx: FLContext, job_id: Optional[str] = None) -> SiteStateStore:
-        """A job-scoped store in this site's run directory for the job (default: this one), never the working
-        directory, which POC jobs share."""
-        job_id = job_id or fl_ctx.get_job_id()
-        run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(job_id)
-        return SiteStateStore(os.path.join(run_dir, STATE_FOLDER), name, fl_ctx.get_identity_name(), job_id)
+        """This site's store ``name`` in the job's run folder (default: this job's); see :class:`SiteStates`."""
+        return self._states.store(name, fl_ctx, job_id)
 
     def job_state(self, name: str, fl_ctx: FLContext) -> ContinuedStateStore:
-        """This job's store for ``name`` which, in a continuation job (``resume_from_job_id``), falls back on the
-        failed job's: in its run folder, or under ``resume_state_dir``."""
-        own = self.state_store(name, fl_ctx)
-        if self.resume_from_job_id is None:
-            return ContinuedStateStore(own)
-        site = fl_ctx.get_identity_name()
-        if self.resume_state_dir is not None:
-            directory = os.path.join(self.resume_state_dir, site)
-        else:
-            run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(self.resume_from_job_id)
-            directory = os.path.join(run_dir, STATE_FOLDER)
-        return ContinuedStateStore(own, SiteStateStore(directory, name, site, self.resume_from_job_id))
+        """This job's store ``name`` which, in a continuation job, falls back on the failed job's."""
+        return self._states.continued(name, fl_ctx)
 
 
-def check_continuation(resume_from_job_id: Optional[str], resume_state_dir: Optional[str]) -> None:
-    """Raise ValueError, naming the argument, unless the continuation arguments are None or a job id and an absolute
-    folder given with it."""
-    if resume_from_job_id is not None and (not isinstance(resume_from_job_id, str) or not resume_from_job_id):
-        raise ValueError(f"resume_from_job_id must be a job id or None, got {resume_from_job_id!r}")
-    if resume_state_dir is not None and (resume_from_job_id is None or not os.path.isabs(resume_state_dir)):
-        raise ValueError(
-            f"resume_state_dir must be an absolute folder, given with resume_from_job_id; got {resume_state_dir!r}"
-        )
+def refusal_reply(task: Shareable, setup_error: Optional[str], fl_ctx: FLContext) -> Shareable:
+    """The answer of a site that could not set up, or whose server refused the job: an error carrying the
+    reason, which the server logs and NVFlare's controller turns into a failed job."""
+    refused = task.get_header(JOB_REFUSED_HEADER)
+    error = f"the server refused the job: {refused}" if refused else setup_error
+    error = error or f"{fl_ctx.get_identity_name()} cannot train: training was not set up"
+    return make_reply(ReturnCode.EXECUTION_EXCEPTION, headers={ReservedHeaderKey.ERROR: error})
 
 
-def check_he_context(fl_ctx: FLContext) -> None:
-    """Raise ValueError, with NVFlare's reason and the fix, unless this site's kit holds the HE context."""
-    from nvflare.app_opt.he.homomorphic_encrypt import load_tenseal_context_from_workspace  # imports tenseal
-
-    try:
-        load_tenseal_context_from_workspace(HE_CLIENT_CONTEXT, fl_ctx)
-    except Exception as e:  # NVFlare raises ValueError for a missing file; TenSEAL a TypeError for no content
-        raise ValueError(
-            f"this job aggregates encrypted updates (encryption='ckks') and this site has no usable HE context: {e}. "
-            "Re-provision the federation with NVFlare's HEBuilder (deploy/project.yml; on the POC: python "
-            "poc/prepare.py --he --force) and restart the site with its new startup kit"
-        ) from e
-
-
-def _format(metrics: Dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))
+def stream_metrics(component: Executor, metrics: Dict[str, float], round_number: int, fl_ctx: FLContext) -> None:
+    """Fire NVFlare's analytics event for every figure, so that the receivers ``add_experiment_tracking`` sets up
+    (TensorBoard, MLflow, W&B) record them; the recipes' ``ConvertToFedEvent`` forwards them to the server."""
+    for name, value in metrics.items():
+        dxo = create_analytic_dxo(name, float(value), AnalyticsDataType.SCALAR, global_step=int(round_number))
+        send_analytic_dxo(component, dxo, fl_ctx)

@@ -9,7 +9,7 @@ from nvflare.apis.fl_context import FLContext
 
 from ..core.fedsiam_da import FedSiamDARound, FedSiamDASettings
 from ..core.previous_uploads import StoredUploads
-from ..core.settings import settings_from_arguments
+from ..core.settings import keep_settings
 from ..core.training import sgd
 from .fedavg import FedAvgExecutor
 
@@ -40,7 +40,9 @@ class FedSiamDAExecutor(FedAvgExecutor):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.fedsiam_da_settings = settings_from_arguments(FedSiamDASettings, locals(), self)
+        self.fedsiam_da_settings = keep_settings(
+            self, FedSiamDASettings(mu=mu, history=history, history_branch=history_branch)
+        )
         if getattr(self.model, "predictor", None) is None:
             raise ValueError(
                 "model has no SimSiam predictor: build it with predictor_hidden_dim=64, "

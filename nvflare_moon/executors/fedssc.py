@@ -11,7 +11,7 @@ from typing import Optional
 from nvflare.apis.fl_context import FLContext
 
 from ..core.fedssc import FedSSCRound, FedSSCSettings
-from ..core.settings import settings_from_arguments
+from ..core.settings import keep_settings
 from ..models import ProjectionModel
 from .moon import MoonExecutor
 
@@ -58,7 +58,15 @@ class FedSSCExecutor(MoonExecutor):
                 "model must be a ProjectionModel such as nvflare_moon.models.Network: "
                 "FedSSC's prototypes have the shape of its classifier l3 (classes × projection size)"
             )
-        self.fedssc_settings = settings_from_arguments(FedSSCSettings, locals(), self)
+        self.fedssc_settings = keep_settings(
+            self,
+            FedSSCSettings(
+                mu_glob=mu_glob,
+                min_class_count=min_class_count,
+                prototype_clip_norm=prototype_clip_norm,
+                prototype_noise_std=prototype_noise_std,
+            ),
+        )
 
     def make_round(self, fl_ctx: FLContext) -> FedSSCRound:
         classifier = self.model.l3  # K × D

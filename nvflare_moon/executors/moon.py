@@ -12,7 +12,7 @@ from nvflare.apis.fl_context import FLContext
 
 from ..core.moon import MoonRound, MoonSettings
 from ..core.previous_uploads import StoredUploads
-from ..core.settings import settings_from_arguments
+from ..core.settings import keep_settings
 from .fedavg import FedAvgExecutor
 
 
@@ -43,7 +43,19 @@ class MoonExecutor(FedAvgExecutor):
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.moon_settings = settings_from_arguments(MoonSettings, locals(), self)
+        self.moon_settings = keep_settings(
+            self,
+            MoonSettings(
+                mu=mu,
+                temperature=temperature,
+                num_previous_models=num_previous_models,
+                representation_loss=representation_loss,
+                mu_off_rounds=mu_off_rounds,
+                mu_ramp_rounds=mu_ramp_rounds,
+                feature_noise_std=feature_noise_std,
+                light_history=light_history,
+            ),
+        )
         self.moon_settings.check_model(self.model)
 
     def make_round(self, fl_ctx: FLContext) -> MoonRound:

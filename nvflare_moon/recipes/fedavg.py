@@ -183,7 +183,7 @@ class FedAvgBaselineRecipe(Recipe):
             key_metric=key_metric,
             key_metric_mode=key_metric_mode,
         )
-        self.privacy_filters = self._check_options()
+        self.privacy_filters = check_job_options(self)
         # what every site's executor takes, checked here where the job is built (the executor checks them again)
         self.data_spec = DataSpec(
             dataset=dataset,
@@ -229,42 +229,6 @@ class FedAvgBaselineRecipe(Recipe):
         super().__init__(self._server_job(name, download, device))
 
     # ---- the steps of the constructor ---------------------------------------------------------------------------
-
-    def _check_options(self) -> List[Filter]:
-        """Raise ValueError, naming the argument, for a job option this job cannot run with (the executor's arguments
-        are checked by their specs); the checked privacy filters."""
-        check_quantization(self.quantization)
-        privacy_filters = check_privacy_filters(self.privacy_filters)
-        options = {"privacy_filters": privacy_filters, "encryption": self.encryption}
-        refuse_unsupported(type(self).__name__, options, self.option_limits)
-        check_number("min_clients", self.min_clients, low=1, integer=True)
-        check_number("num_rounds", self.num_rounds, low=1, integer=True)
-        check_number("num_sites", self.num_sites, low=self.min_clients, integer=True)
-        sites_per_round(self.num_sites, self.sample_fraction)
-        if self.sample_fraction < 1 and self.num_sites != self.min_clients:
-            raise ValueError(
-                f"sample_fraction={self.sample_fraction} samples from all sites: set min_clients={self.num_sites} "
-                "(= num_sites)"
-            )
-        check_choice("dataset", self.dataset, DATASETS + SITE_DATASETS)
-        if self.server_evaluation and self.dataset in SITE_DATASETS:
-            raise ValueError(
-                f"server_evaluation=True needs a test split on the server, which dataset={self.dataset!r} (the sites' "
-                "own images) does not have; set server_evaluation=False: the key metric is then the sites' local "
-                "accuracy"
-            )
-        check_stop_condition(self.stop_cond, self.patience)
-        check_initial_weights_path(self.initial_weights)
-        check_key_metric(self.key_metric, self.key_metric_mode, self.clinical_metrics)
-        check_encryption(
-            self.encryption,
-            quantization=self.quantization,
-            privacy_filters=privacy_filters,
-            server_evaluation=self.server_evaluation,
-            sample_fraction=self.sample_fraction,
-            stop_cond=self.stop_cond,
-        )
-        return privacy_filters
 
     def _network_args_for(self, dataset: str, site_data: Optional[Dict[str, Any]], seed: int) -> Dict[str, Any]:
         """The :class:`Network` arguments of this job's model, for the clients and the server alike."""
@@ -388,6 +352,43 @@ class FedAvgBaselineRecipe(Recipe):
     def extra_network_args(self) -> Dict[str, Any]:
         """Extra :class:`Network` arguments (FedSiam-DA's predictor), for the clients' and the server's model."""
         return {}
+
+
+def check_job_options(recipe: FedAvgBaselineRecipe) -> List[Filter]:
+    """Raise ValueError, naming the argument, for a job option this job cannot run with (the executor's arguments
+    are checked by their specs); the checked privacy filters. The recipe's own options are stored on it by then."""
+    check_quantization(recipe.quantization)
+    privacy_filters = check_privacy_filters(recipe.privacy_filters)
+    options = {"privacy_filters": privacy_filters, "encryption": recipe.encryption}
+    refuse_unsupported(type(recipe).__name__, options, recipe.option_limits)
+    check_number("min_clients", recipe.min_clients, low=1, integer=True)
+    check_number("num_rounds", recipe.num_rounds, low=1, integer=True)
+    check_number("num_sites", recipe.num_sites, low=recipe.min_clients, integer=True)
+    sites_per_round(recipe.num_sites, recipe.sample_fraction)
+    if recipe.sample_fraction < 1 and recipe.num_sites != recipe.min_clients:
+        raise ValueError(
+            f"sample_fraction={recipe.sample_fraction} samples from all sites: set min_clients={recipe.num_sites} "
+            "(= num_sites)"
+        )
+    check_choice("dataset", recipe.dataset, DATASETS + SITE_DATASETS)
+    if recipe.server_evaluation and recipe.dataset in SITE_DATASETS:
+        raise ValueError(
+            f"server_evaluation=True needs a test split on the server, which dataset={recipe.dataset!r} (the sites' "
+            "own images) does not have; set server_evaluation=False: the key metric is then the sites' local "
+            "accuracy"
+        )
+    check_stop_condition(recipe.stop_cond, recipe.patience)
+    check_initial_weights_path(recipe.initial_weights)
+    check_key_metric(recipe.key_metric, recipe.key_metric_mode, recipe.clinical_metrics)
+    check_encryption(
+        recipe.encryption,
+        quantization=recipe.quantization,
+        privacy_filters=privacy_filters,
+        server_evaluation=recipe.server_evaluation,
+        sample_fraction=recipe.sample_fraction,
+        stop_cond=recipe.stop_cond,
+    )
+    return privacy_filters
 
 
 def check_initial_weights_path(initial_weights: Optional[str]) -> None:

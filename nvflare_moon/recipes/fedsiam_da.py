@@ -8,7 +8,7 @@ from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 
 from ..core.dual_aggregation import VECTORS
 from ..core.fedsiam_da import FedSiamDASettings
-from ..core.settings import settings_from_arguments
+from ..core.settings import keep_settings
 from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..executors import FedSiamDAExecutor
 from ..server import DualAggregator
@@ -96,7 +96,9 @@ class FedSiamDAScriptRecipe(ClientAPIRecipe):
         cosine_vector: str = "state",
         **kwargs,
     ):
-        self.fedsiam_da_settings = settings_from_arguments(FedSiamDASettings, locals(), self)
+        self.fedsiam_da_settings = keep_settings(
+            self, FedSiamDASettings(mu=mu, history=history, history_branch=history_branch)
+        )
         check_number("cosine_floor", cosine_floor, low=0, low_inclusive=False)
         check_choice("cosine_vector", cosine_vector, VECTORS)
         self.cosine_floor = cosine_floor

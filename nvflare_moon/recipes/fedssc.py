@@ -7,7 +7,7 @@ from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 
 from ..core.fedssc import FedSSCSettings
 from ..core.moon import MoonSettings
-from ..core.settings import settings_from_arguments
+from ..core.settings import keep_settings
 from ..core.validation import take_renamed
 from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..executors import FedSSCExecutor
@@ -121,7 +121,15 @@ class FedSSCScriptRecipe(MoonScriptRecipe):
         **kwargs,
     ):
         mu = take_renamed(kwargs, "mu_moon", "mu", mu, MoonSettings.mu, owner="FedSSCScriptRecipe")
-        self.fedssc_settings = settings_from_arguments(FedSSCSettings, locals(), self)
+        self.fedssc_settings = keep_settings(
+            self,
+            FedSSCSettings(
+                mu_glob=mu_glob,
+                min_class_count=min_class_count,
+                prototype_clip_norm=prototype_clip_norm,
+                prototype_noise_std=prototype_noise_std,
+            ),
+        )
         self.num_classes = num_classes
         self.prototype_dim = prototype_dim
         self.seed = seed

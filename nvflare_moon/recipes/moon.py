@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 from nvflare.apis.executor import Executor
 
 from ..core.moon import MoonSettings
-from ..core.settings import settings_from_arguments
+from ..core.settings import keep_settings
 from ..executors import MoonExecutor
 from .fedavg import FedAvgBaselineRecipe
 from .script import ClientAPIRecipe
@@ -105,7 +105,19 @@ class MoonScriptRecipe(ClientAPIRecipe):
         light_history: bool = MoonSettings.light_history,
         **kwargs,
     ):
-        self.moon_settings = settings_from_arguments(MoonSettings, locals(), self)
+        self.moon_settings = keep_settings(
+            self,
+            MoonSettings(
+                mu=mu,
+                temperature=temperature,
+                num_previous_models=num_previous_models,
+                representation_loss=representation_loss,
+                mu_off_rounds=mu_off_rounds,
+                mu_ramp_rounds=mu_ramp_rounds,
+                feature_noise_std=feature_noise_std,
+                light_history=light_history,
+            ),
+        )
         super().__init__(name=name, **kwargs)
 
     def client_settings(self) -> Dict[str, Any]:

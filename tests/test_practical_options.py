@@ -17,6 +17,7 @@ from nvflare_moon.core.objectives import LightHistoryMoonObjective, MoonObjectiv
 from nvflare_moon.core.schedules import describe_mu_schedule, scheduled_mu
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.executors import FedSSCExecutor, MoonExecutor
+from nvflare_moon.executors.local_data import round_batches
 from nvflare_moon.models import Network, ProjectionHead
 from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
 
@@ -171,7 +172,7 @@ def train_rounds(tmp_path, rounds=2, site="site-1", **kwargs):
         executor._setup(ctx)
         objective = executor.make_objective(round_number, ctx)
         optimizer = sgd(executor._net, 0.05, 0.9, 0.0)
-        batches = executor._round_batches(site, round_number)
+        batches = round_batches(executor._data, executor.batch_size, executor.seed, site, round_number)
         result = train_local(executor._net, batches, objective, optimizer, 2, torch.device("cpu"))
         executor.after_training(round_number, ctx)
     return executor, result.mean_terms

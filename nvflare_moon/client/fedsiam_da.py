@@ -140,10 +140,10 @@ class PTFedSiamDAHelper:
         """μ·[½·D(p_g, z) + ½·D(p_l, z_g) + cos(b, sg(z_h))] (b: z or p_l, the history branch) for the batch ``x``
         whose projections under ``model`` are ``z`` (with its gradient); its backward also reaches the working global
         copy."""
-        regularizer, terms = self._started().regularizer(x, z)
+        weighted, terms = self._started().weighted_penalty(x, z)
         for name, value in terms.items():
             self._terms.add(name, value)
-        return self.settings.mu * regularizer
+        return weighted
 
     def step(self, scaler: Optional["torch.cuda.amp.GradScaler"] = None) -> None:
         """Step the working global copy; call right after your ``optimizer.step()`` (with mixed precision, after

@@ -123,12 +123,12 @@ class PTMoonHelper:
     def loss(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """μ·ℓ_con(z, z_glob, z_prev) (or μ·ℓ_ℓ2) for the batch ``x`` whose representation under ``model`` is ``z``
         (with its gradient); exactly 0 when the term is dropped (no previous model yet, μ = 0)."""
-        penalty, parts = self.objective.penalty(x, z)
-        if penalty is None:
+        weighted, parts = self.objective.weighted_penalty(x, z)
+        if weighted is None:
             return z.new_zeros(())
         for name, value in parts.items():
             self._terms.add(name, value)
-        return self.round.mu * penalty
+        return weighted
 
     def mean_terms(self) -> Dict[str, float]:
         """The round's mean of each term added so far (``contrastive``, ...), unweighted, for logs and metrics."""

@@ -55,13 +55,19 @@ class PenalizedObjective(CrossEntropyObjective):
         ``(None, {})`` when the term is dropped this round."""
         raise NotImplementedError
 
+    def weighted_penalty(self, x: torch.Tensor, z: torch.Tensor) -> Tuple[Optional[torch.Tensor], LossTerms]:
+        """μ·penalty(x, z), the one place μ weighs it, and the unweighted parts; ``(None, {})`` when the term is
+        dropped this round."""
+        penalty, parts = self.penalty(x, z)
+        return (None if penalty is None else self.mu * penalty), parts
+
     def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
         ce, terms = super().__call__(out, x, y)
-        penalty, parts = self.penalty(x, out.projection)
-        if penalty is None:
+        weighted, parts = self.weighted_penalty(x, out.projection)
+        if weighted is None:
             return ce, terms
         terms.update(parts)
-        return ce + self.mu * penalty, terms
+        return ce + weighted, terms
 
 
 class MoonObjective(PenalizedObjective):
@@ -243,9 +249,9 @@ class FedSSCObjective:
         """``loss + μ_moon·ℓ_moon + μ_glob·ℓ_glob`` of the batch ``x`` with projections ``z`` and labels ``y``, added in
         that order (a dropped term is not added), and the unweighted terms by name; records the class means. The
         executors add them to CE, a Client API script's helper (``PTFedSSCHelper.loss``) to zero."""
-        penalty, terms = self.moon.penalty(x, z)
-        if penalty is not None:
-            loss = loss + self.moon.mu * penalty
+        weighted, terms = self.moon.weighted_penalty(x, z)
+        if weighted is not None:
+            loss = loss + weighted
         prototype = self.prototype_term(z, y)
         if prototype is not None:
             terms["prototype_contrastive"] = prototype
@@ -264,7 +270,7 @@ HISTORY_CHOICES = ("epoch", "round")
 HISTORY_BRANCHES = ("projection", "predictor")
 
 
-class FedSiamDAObjective(CrossEntropyObjective):
+class FedSiamDAObjective(PenalizedObjective):
     """FedSiam-DA's local objective, three branches on the same batch:
 
         ℓ = CE(local) + μ·[ ½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(b_l, stopgrad(z_h)) ],   D(p, z) = −cos(p, stopgrad(z))
@@ -332,7 +338,7 @@ class FedSiamDAObjective(CrossEntropyObjective):
         self.working_optimizer.step()
         self.working_optimizer.zero_grad(set_to_none=True)
 
-    def regularizer(self, x: torch.Tensor, z_l: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
+    def penalty(self, x: torch.Tensor, z_l: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
         """``½·D(p_g, z_l) + ½·D(p_l, z_g) + cos(b_l, sg(z_h))`` (the last term without a history model) of the batch
         ``x`` whose local projections are ``z_l``, and its named parts."""
         p_l = self.predictor(self.local_model, z_l)
@@ -348,9 +354,3 @@ class FedSiamDAObjective(CrossEntropyObjective):
         history = -simsiam_distance(branch, z_h)  # cos(b_l, stopgrad(z_h))
         terms["history"] = history
         return siamese + history, terms
-
-    def __call__(self, out: ModelOutput, x: torch.Tensor, y: torch.Tensor) -> Tuple[torch.Tensor, LossTerms]:
-        ce, terms = super().__call__(out, x, y)
-        regularizer, parts = self.regularizer(x, out.projection)
-        terms.update(parts)
-        return ce + self.mu * regularizer, terms

@@ -1,8 +1,8 @@
 """What every executor takes beside the method's settings, as two checked dataclasses: where a site's data comes from
 (:class:`DataSpec`) and how it trains (:class:`TrainingSpec`).
 
-A recipe builds both from its keyword arguments and passes their fields to the executor, which builds them again, so
-each option is named, defaulted and checked in one place. The executor keeps taking the fields as plain constructor
+The executor builds both from its constructor arguments, so each option is named, defaulted and checked in one place;
+a recipe passes the arguments on by name and reads the specs back from the executor it builds. The executor keeps taking the fields as plain constructor
 arguments, stored under their own names: NVFlare's job exporter writes them into the job's config from there, and the
 committed job folders (``jobs/``) and the benchmark's records (their job digests) name them so.
 """

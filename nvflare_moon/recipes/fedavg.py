@@ -17,7 +17,7 @@ from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..core.dp import DPSettings
 from ..core.sampling import sites_per_round
-from ..core.specs import DataSpec, TrainingSpec, spec_fields, store_arguments
+from ..core.specs import store_arguments
 from ..core.validation import check_choice, check_number
 from ..data import DATASETS, NUM_CLASSES
 from ..data.site_data import site_data_settings
@@ -184,8 +184,12 @@ class FedAvgBaselineRecipe(Recipe):
             key_metric_mode=key_metric_mode,
         )
         self.privacy_filters = check_job_options(self)
-        # what every site's executor takes, checked here where the job is built (the executor checks them again)
-        self.data_spec = DataSpec(
+        self.allow_partial_updates = withholds_entries(self.privacy_filters)  # for make_aggregator
+        self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
+        self._network_args = self._network_args_for(dataset, site_data, seed)
+        # what every site's executor takes: its specs check them, here where the job is built
+        self._executor_args = dict(
+            model=self.network(),
             dataset=dataset,
             data_root=data_root,
             download=download,
@@ -194,8 +198,6 @@ class FedAvgBaselineRecipe(Recipe):
             partition=partition,
             beta=beta,
             seed=seed,
-        )
-        self.training_spec = TrainingSpec(
             local_epochs=local_epochs,
             batch_size=batch_size,
             lr=lr,
@@ -205,25 +207,15 @@ class FedAvgBaselineRecipe(Recipe):
             num_threads=num_threads,
             amp=amp,
             clinical_metrics=clinical_metrics,
-        )
-        dp_arguments = dict(
             dp_noise_multiplier=dp_noise_multiplier,
             dp_target_epsilon=dp_target_epsilon,
             dp_delta=dp_delta,
             dp_max_grad_norm=dp_max_grad_norm,
-        )
-        self.allow_partial_updates = withholds_entries(self.privacy_filters)  # for make_aggregator
-        self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
-        self._network_args = self._network_args_for(dataset, site_data, seed)
-        self._executor_args = dict(
-            model=self.network(),
-            **spec_fields(self.data_spec),
-            **spec_fields(self.training_spec),
-            **dp_arguments,
             send_weight_diff=sends_weight_diff(self.privacy_filters),
             encrypted_aggregation=encryption is not None,
         )
         executor = self.make_executor(self._executor_args)  # every argument checked before anything is built
+        self.data_spec, self.training_spec = executor.data_spec, executor.training_spec
         self._tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
         self.per_site_config: Optional[Dict[str, Dict[str, Any]]] = None
         super().__init__(self._server_job(name, download, device))

@@ -4,7 +4,9 @@
 returns the weights with the number of training samples. A method is the round object it holds
 (:mod:`nvflare_moon.core.rounds`: the objective, the hooks during training, the state kept between rounds and what
 is sent beside the weights): a method's executor adds its constructor arguments and overrides :meth:`make_round`
-alone. The training loop lives in :mod:`nvflare_moon.core.training`.
+alone. The training loop lives in :mod:`nvflare_moon.core.training`; the executor's other parts are helpers beside
+it: the site's data and local evaluation (:mod:`.local_data`), its state stores (:mod:`.site_states`), the weights'
+way to and from the server (:mod:`.weight_exchange`) and the cross-site answers (:mod:`.cross_site`).
 
 Every executor also evaluates on the site's own test data and answers NVFlare's cross-site evaluation tasks:
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Dict, List
 
 import numpy as np
-from sklearn.metrics import balanced_accuracy_score, confusion_matrix, f1_score, roc_auc_score
 
 # the figures a site reports with clinical_metrics=True; auroc_class<k> come with them where C > 2
 CLINICAL_FIGURES = ("auroc", "sensitivity", "specificity", "balanced_accuracy", "f1")
@@ -37,6 +36,10 @@ class ClinicalMetrics:
 
 def clinical_metrics(labels: np.ndarray, probabilities: np.ndarray) -> ClinicalMetrics:
     """The figures of predictions ``probabilities`` (N, C), rows summing to 1, against ``labels`` (N,) in [0, C)."""
+    # here, not at the top: scikit-learn's import costs about 1 s of CPU, paid at every client process start
+    # (one per task at -t < -n) by jobs that never ask for clinical metrics
+    from sklearn.metrics import balanced_accuracy_score, confusion_matrix, f1_score
+
     labels, probabilities = np.asarray(labels), np.asarray(probabilities, dtype=np.float64)
     if probabilities.ndim != 2 or probabilities.shape[1] < 2 or len(labels) != len(probabilities) or not len(labels):
         raise ValueError(
@@ -75,5 +78,7 @@ def _one_vs_rest(confusion: np.ndarray, labels: np.ndarray, probabilities: np.nd
     if tn + fp:
         figures["specificity"] = float(tn / (tn + fp))
     if tp + fn and tn + fp:  # both positives and negatives among the labels
+        from sklearn.metrics import roc_auc_score  # imported by clinical_metrics already: see there
+
         figures["auroc"] = float(roc_auc_score(labels == k, probabilities[:, k]))
     return figures

@@ -1,6 +1,8 @@
 """The data and training specs (nvflare_moon.core.specs): each option checked in one place, and passed whole from
 the recipe to every site's executor."""
 
+import importlib
+
 import pytest
 
 from nvflare_moon.core.specs import DataSpec, TrainingSpec, spec_fields
@@ -35,3 +37,21 @@ def test_the_recipe_passes_its_specs_whole_to_every_sites_executor():
         for name, value in spec_fields(spec).items():  # stored under its own name too: NVFlare's exporter reads it
             assert getattr(executor, name) == value, name
     assert set(spec_fields(recipe.data_spec)) | set(spec_fields(recipe.training_spec)) <= set(recipe._executor_args)
+
+
+@pytest.mark.parametrize(
+    "component",
+    [
+        "nvflare_moon.executors.FedAvgExecutor",
+        "nvflare_moon.server.GlobalModelEvaluator",
+        "nvflare_moon.client.PTMoonHelper",
+        "nvflare_moon.client.PTFedSiamDAHelper",
+        "nvflare_moon.client.PTPersistentScaffoldHelper",
+        "nvflare_moon.methods.fedbn.PTFedBNHelper",
+    ],
+)
+def test_every_component_refuses_a_model_that_is_not_a_network_naming_the_argument(component):
+    module, name = component.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    with pytest.raises(ValueError, match=r"^model must be an nn.Module \(such as nvflare_moon.models.Network\), got dict"):
+        cls(model={"w": 1})

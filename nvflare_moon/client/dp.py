@@ -26,8 +26,8 @@ from typing import Dict, Optional
 import torch.nn as nn
 
 from ..core.dp import DPSettings, check_dp_network
-from ..core.dp_training import LEDGER_STATE, DPSGD, SitePrivacy
-from ..core.validation import check_number
+from ..core.dp_training import DPSGD, LEDGER_STATE, SitePrivacy
+from ..core.validation import check_module, check_number
 from .common import site_identity
 from .state import script_state_store
 
@@ -68,8 +68,7 @@ class PTDPHelper:
         job_id: Optional[str] = None,
         site: Optional[str] = None,
     ):
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        check_module("model", model)
         check_number("batch_size", batch_size, low=1, integer=True)
         check_number("num_samples", num_samples, low=batch_size, integer=True)
         check_number("local_epochs", local_epochs, low=1, integer=True)

@@ -26,6 +26,7 @@ import torch.nn as nn
 from ..core.fedsiam_da import FedSiamDARound, FedSiamDASettings
 from ..core.objectives import FedSiamDAObjective, Predictor, Representation, predictor_of, projection_of
 from ..core.training import TermMeans
+from ..core.validation import check_module
 from .common import check_received_weights, check_upload_count, site_identity
 from .meta import NUM_SAMPLES
 from .uploads import ScriptUploads
@@ -77,8 +78,7 @@ class PTFedSiamDAHelper:
         job_id: Optional[str] = None,
         site: Optional[str] = None,
     ):
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        check_module("model", model)
         if predictor_fn is None and getattr(model, "predictor", None) is None:
             raise ValueError(
                 "model has no SimSiam predictor: give it one (nvflare_moon.models.simsiam_predictor) and pass "

@@ -29,7 +29,7 @@ from ..core.fedssc import FedSSCRound, FedSSCSettings
 from ..core.moon import MoonRound, MoonSettings
 from ..core.objectives import Representation, projection_of
 from ..core.training import TermMeans
-from ..core.validation import check_number
+from ..core.validation import check_module, check_number
 from .common import check_received_weights, check_upload_count, site_identity
 from .meta import NUM_SAMPLES
 from .uploads import ScriptUploads
@@ -72,8 +72,7 @@ class PTMoonHelper:
         site: Optional[str] = None,
         seed: int = 0,
     ):
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        check_module("model", model)
         if representation_fn is not None and not callable(representation_fn):
             raise ValueError(f"representation_fn must be a function (model, x) -> z, got {representation_fn!r}")
         check_number("seed", seed, low=0, integer=True)

@@ -20,6 +20,7 @@ import numpy as np
 import torch.nn as nn
 
 from ..core.scaffold import PersistentScaffoldRound
+from ..core.validation import check_module
 from .common import check_received_weights, site_identity
 from .state import script_state_store
 
@@ -42,8 +43,7 @@ class PTPersistentScaffoldHelper:
         job_id: Optional[str] = None,
         site: Optional[str] = None,
     ):
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        check_module("model", model)
         self.model = model
         self.state_dir = state_dir
         self.job_id = job_id

@@ -28,6 +28,16 @@ def check_flag(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
+def check_module(name: str, value: Any) -> None:
+    """Raise ValueError, naming the argument, unless ``value`` is a torch ``nn.Module``."""
+    from torch import nn  # here: the checks above serve code that never imports torch (verify-docs)
+
+    if not isinstance(value, nn.Module):
+        raise ValueError(
+            f"{name} must be an nn.Module (such as nvflare_moon.models.Network), got {type(value).__name__}"
+        )
+
+
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> None:
     choices = sorted(choices)
     if value not in choices:

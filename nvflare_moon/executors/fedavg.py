@@ -45,7 +45,7 @@ from ..core.runtime import resolve_device, resolve_num_threads
 from ..core.specs import DataSpec, TrainingSpec, spec_fields, store_arguments
 from ..core.state import SiteStateStore
 from ..core.training import TrainResult, sgd, train_local
-from ..core.validation import JOB_REFUSED_HEADER
+from ..core.validation import JOB_REFUSED_HEADER, check_module
 from ..core.weights import load_numpy_state
 from ..data.site_data import site_data_settings
 from ..models import check_num_classes
@@ -137,8 +137,7 @@ class FedAvgExecutor(Executor):
         dp_max_grad_norm: float = DPSettings.max_grad_norm,
     ):
         super().__init__()
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model must be an nn.Module such as nvflare_moon.models.Network, got {model!r}")
+        check_module("model", model)
         if val_dataset is not None and not isinstance(val_dataset, Dataset):
             raise ValueError(f"val_dataset must be a torch Dataset or None, got {type(val_dataset).__name__}")
         self.data_spec = DataSpec(

@@ -29,6 +29,7 @@ from ..client.common import check_received_weights, site_identity
 from ..client.state import script_state_store
 from ..core.objectives import CrossEntropyObjective
 from ..core.rounds import FedAvgRound
+from ..core.validation import check_module
 from ..executors import FedAvgExecutor
 from ..recipes import FedAvgBaselineRecipe
 from . import Method
@@ -132,8 +133,7 @@ class PTFedBNHelper:
         job_id: Optional[str] = None,
         site: Optional[str] = None,
     ):
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        check_module("model", model)
         check_has_batch_norm(model)
         self.model = model
         self.state_dir = state_dir

@@ -22,13 +22,13 @@ from torch.utils.tensorboard import SummaryWriter
 
 from ..core.aggregation import normalized_weights
 from ..core.clinical_metrics import CLINICAL_FIGURES
+from ..core.runtime import resolve_device, resolve_num_threads
 from ..core.site_metrics import site_spread, weighted_metric_means
 from ..core.training import clinical_evaluation, evaluate
+from ..core.validation import check_choice, check_flag, check_module, check_number
 from ..core.weights import load_numpy_state
 from ..data import DATASETS, TensorBatchLoader, load_dataset, test_transform
 from ..models import check_num_classes
-from ..core.runtime import resolve_device, resolve_num_threads
-from ..core.validation import check_choice, check_flag, check_number
 
 METRICS_FILENAME = "global_metrics.jsonl"
 # the sites' local metrics whose spread across sites is recorded (see FedAvgExecutor): the received global model's,
@@ -101,8 +101,7 @@ class GlobalModelEvaluator(FLComponent):
         super().__init__()
         check_flag("clinical_metrics", clinical_metrics)
         check_key_metric(key_metric, key_metric_mode, clinical_metrics)
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model must be an nn.Module such as nvflare_moon.models.Network, got {model!r}")
+        check_module("model", model)
         if isinstance(dataset, str):
             check_choice("dataset", dataset, DATASETS)
         elif dataset is not None and not isinstance(dataset, Dataset):

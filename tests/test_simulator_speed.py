@@ -297,3 +297,38 @@ def test_only_the_simulators_server_asks_sites_back_sooner_and_ends_without_grac
     assert real_interval == "2" and float(real_end) >= 2  # NVFlare imports its simulator everywhere: a real server
     assert simulator_interval == ("0.02" if shortened else "2")
     assert (float(simulator_end) < 1) if shortened else (float(simulator_end) >= 2)
+
+
+class FakeClock:
+    """time for simulator_schedule: each look at the clock is 100 s later; sleeping takes no time."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        self.now += 100.0
+        return self.now
+
+    def sleep(self, seconds):
+        pass
+
+
+def test_the_runner_waits_for_a_slow_worker_far_beyond_nvflares_60_seconds(monkeypatch):
+    clock, tries = FakeClock(), []
+
+    def listener(address, late_by):
+        tries.append(address)
+        if len(tries) <= late_by:
+            raise ConnectionRefusedError("not listening yet")
+        return "connection"
+
+    monkeypatch.setattr(simulator_schedule, "time", clock)
+    # listening after about 500 s: NVFlare's runner, which asks for 60, gets the connection
+    monkeypatch.setattr(simulator_schedule, "Client", lambda address: listener(address, late_by=4))
+    assert simulator_schedule._connect_soon(None, 4321, timeout=60.0) == "connection"
+    # never listening: given up after WORKER_START_TIMEOUT, with the port in the message
+    tries.clear()
+    monkeypatch.setattr(simulator_schedule, "Client", lambda address: listener(address, late_by=10**6))
+    with pytest.raises(RuntimeError, match=r"no worker listens on port 4321 after 600.0 s"):
+        simulator_schedule._connect_soon(None, 4321, timeout=60.0)
+    assert 6 <= len(tries) <= 8 and tries[0] == ("localhost", 4321)

@@ -38,6 +38,7 @@ RUNNER_MODULE = "nvflare.private.fed.app.simulator.simulator_runner"
 SWITCH = "NVFLARE_MOON_SCHEDULE_SITES"
 MAX_WAIT = 30.0  # seconds a thread waits for a task before it picks as NVFlare does
 POLL = 0.02
+WORKER_START_TIMEOUT = 600.0  # seconds the runner waits for a new worker to listen (NVFlare: 60)
 
 _simulator_server_built = threading.Event()  # this process runs the simulator's server (see _asking_back_sooner)
 _communicators = weakref.WeakSet()  # the server's running task communicators (one per running workflow)
@@ -100,7 +101,10 @@ def _waiting_for_a_task(do_one_task):
 
 
 def _connect_soon(self, open_port, timeout=60.0):
-    """The runner's connection to a new worker's listener, tried every POLL seconds (NVFlare: every second)."""
+    """The runner's connection to a new worker's listener, tried every POLL seconds (NVFlare: every second), for at
+    least WORKER_START_TIMEOUT: NVFlare gives up after its 60 s, and the site's thread then dies with the job waiting
+    on the site for ever (seen with a worker that took longer to import on a loaded machine)."""
+    timeout = max(timeout, WORKER_START_TIMEOUT)
     started = time.monotonic()
     while True:
         try:

@@ -5,6 +5,8 @@ trained local model, read from the job's state so that it is there after a resta
 Both answer for an executor (:class:`~nvflare_moon.executors.FedAvgExecutor`) and log through it.
 """
 
+from typing import Dict
+
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
@@ -56,6 +58,6 @@ def submit_model_reply(executor, fl_ctx: FLContext) -> Shareable:
     return FLModelUtils.to_shareable(FLModel(params=params, params_type=ParamsType.FULL))
 
 
-def format_metrics(metrics) -> str:
+def format_metrics(metrics: Dict[str, float]) -> str:
     """``name value`` pairs, sorted by name, for the site's log."""
     return ", ".join(f"{k} {v:.4f}" for k, v in sorted(metrics.items()))

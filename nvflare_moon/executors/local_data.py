@@ -6,9 +6,8 @@ on the site, where the site's own paths resolve, and evaluates a model on the si
 """
 
 import zlib
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 import torch.nn as nn
 from torch.utils.data import Dataset
@@ -95,7 +94,7 @@ class LocalEvaluation:
             self._ready = True
         return self._batches
 
-    def evaluate(self, model: nn.Module) -> Tuple[Dict[str, float], Optional[np.ndarray]]:
+    def evaluate(self, model: nn.Module) -> Tuple[Dict[str, float], Optional[List[List[int]]]]:
         """``accuracy`` and ``loss`` of ``model``, with the clinical figures where asked for, and the confusion
         matrix (None without clinical metrics); ``({}, None)`` when the site has no test data."""
         batches = self.batches()

@@ -11,6 +11,7 @@ import torch.nn as nn
 import torchvision
 
 from nvflare_moon.core.objectives import CrossEntropyObjective
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.training import MixedPrecisionStep, sgd, train_local
 from nvflare_moon.executors import FedAvgExecutor, FedSiamDAExecutor
 from nvflare_moon.models import TORCHVISION_ARCHS, Network, ProjectionModel
@@ -222,14 +223,16 @@ def test_the_gpus_gradient_scaler_only_rescales_the_float16_step():
 def test_amp_travels_from_the_recipe_to_every_sites_executor(tmp_path):
     MoonRecipe(name="moon_amp", min_clients=2, dataset="synthetic", amp=True).export(str(tmp_path))
     client = json.loads((tmp_path / "moon_amp" / "app" / "config" / "config_fed_client.json").read_text())
-    assert client["executors"][0]["executor"]["args"]["amp"] is True
+    assert client["executors"][0]["executor"]["args"]["training"]["args"]["amp"] is True
 
 
 def test_amp_is_a_flag_of_every_executor_but_fedsiam_da():
     with pytest.raises(ValueError, match="amp must be True or False"):
-        FedAvgExecutor(model=Network(), dataset="synthetic", amp="yes")
+        FedAvgExecutor(model=Network(), data=DataSpec(dataset="synthetic"), training=TrainingSpec(amp="yes"))
     with pytest.raises(ValueError, match="amp=True cannot be used with FedSiam-DA"):
-        FedSiamDAExecutor(model=Network(predictor_hidden_dim=64), dataset="synthetic", amp=True)
+        FedSiamDAExecutor(
+            model=Network(predictor_hidden_dim=64), data=DataSpec(dataset="synthetic"), training=TrainingSpec(amp=True)
+        )
 
 
 # ---- end to end ----------------------------------------------------------------------------------------------------

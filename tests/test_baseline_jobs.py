@@ -31,11 +31,12 @@ def job(name):
 def test_jobs_have_the_papers_settings(name, executor, dataset, arch, mu, rounds, sites):
     controller, client, meta = job(name)
     args = client["args"]
+    data, training = args["data"]["args"], args["training"]["args"]
     assert client["path"] == f"nvflare_moon.executors.{executor}"
-    assert (args["dataset"], args["model"]["args"]["arch"], args["num_sites"]) == (dataset, arch, sites)
+    assert (data["dataset"], args["model"]["args"]["arch"], data["num_sites"]) == (dataset, arch, sites)
     assert args["model"]["args"]["num_classes"] == {"cifar10": 10, "cifar100": 100, "tinyimagenet": 200}[dataset]
-    assert (args["local_epochs"], args["batch_size"], args["lr"], args["beta"]) == (10, 64, 0.01, 0.5)
-    assert args.get("mu") == mu
+    assert (training["local_epochs"], training["batch_size"], training["lr"], data["beta"]) == (10, 64, 0.01, 0.5)
+    assert args.get("settings", {}).get("args", {}).get("mu") == mu
     assert controller["args"]["num_rounds"] == rounds and meta["min_clients"] == sites
 
 

@@ -13,6 +13,7 @@ from nvflare.app_common.app_constant import AlgorithmConstants
 
 from nvflare_moon.core.objectives import CrossEntropyObjective, FedProxObjective
 from nvflare_moon.core.scaffold import ScaffoldRound, apply_control_deltas
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.state import SiteStateStore
 from nvflare_moon.core.training import frozen_copy
 from nvflare_moon.executors import FedProxExecutor, ScaffoldExecutor
@@ -156,7 +157,9 @@ def test_scaffold_control_saved_for_another_network_is_set_aside_byte_for_byte(t
 
 def scaffold_site(run_dir):
     executor = ScaffoldExecutor(
-        model=harness_net(), dataset=tiny_dataset([0, 1, 2] * 4), local_epochs=1, batch_size=4, lr=0.1, device="cpu"
+        model=harness_net(),
+        data=DataSpec(dataset=tiny_dataset([0, 1, 2] * 4)),
+        training=TrainingSpec(local_epochs=1, batch_size=4, lr=0.1, device="cpu"),
     )
     ctx = site_context(run_dir)
     return started(executor, ctx), ctx

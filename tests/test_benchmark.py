@@ -635,7 +635,7 @@ def test_practical_protocol_reuses_quicks_runs_and_sets_each_option(tmp_path):
         (config,) = (tmp_path / spec.run_id / "job").glob("*/app/config/config_fed_client.json")
         args = json.loads(config.read_text())["executors"][0]["executor"]["args"]
         name, value = expected_args[spec.variant.method]
-        assert args[name] == value
+        assert args["settings"]["args"][name] == value
 
 
 def test_privacy_bandwidth_protocol_puts_each_filter_on_the_sites_train_results(tmp_path):

@@ -28,6 +28,7 @@ from nvflare_moon.core.dp import (
 )
 from nvflare_moon.core.dp_training import DPSGD
 from nvflare_moon.core.objectives import FedProxObjective, MoonObjective
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.training import float32_step, frozen_copy
 from nvflare_moon.executors import FedProxExecutor, FedSiamDAExecutor, FedSSCExecutor, MoonExecutor, ScaffoldExecutor
 from nvflare_moon.models import Network
@@ -179,14 +180,14 @@ def test_a_batchnorm_network_is_refused_with_the_fix(arch):
 
 
 def test_methods_and_options_that_do_not_fit_dp_sgd_are_refused_with_why():
-    dataset = tiny_dataset([0, 1, 2] * 4)
+    data = DataSpec(dataset=tiny_dataset([0, 1, 2] * 4))
     with pytest.raises(ValueError, match="amp=True cannot be used with DP-SGD.*set amp=False"):
-        MoonExecutor(tiny_net(), dataset=dataset, amp=True, dp_noise_multiplier=1.0)
+        MoonExecutor(tiny_net(), data=data, training=TrainingSpec(amp=True), dp=DPSettings(noise_multiplier=1.0))
     with pytest.raises(ValueError, match="FedSSCExecutor cannot train with DP-SGD .*class means"):
-        FedSSCExecutor(tiny_net(), dataset=dataset, dp_noise_multiplier=1.0)
+        FedSSCExecutor(tiny_net(), data=data, dp=DPSettings(noise_multiplier=1.0))
     predictor_net = Network(num_classes=10, predictor_hidden_dim=8, seed=0)
     with pytest.raises(ValueError, match="FedSiamDAExecutor cannot train with DP-SGD .*working copy"):
-        FedSiamDAExecutor(predictor_net, dataset=dataset, dp_noise_multiplier=1.0)
+        FedSiamDAExecutor(predictor_net, data=data, dp=DPSettings(noise_multiplier=1.0))
 
 
 def test_dp_arguments_left_at_their_defaults_are_not_in_the_exported_job(tmp_path):
@@ -195,17 +196,25 @@ def test_dp_arguments_left_at_their_defaults_are_not_in_the_exported_job(tmp_pat
         str(tmp_path / "dp")
     )
     plain = (tmp_path / "plain/plain/app/config/config_fed_client.json").read_text()
-    assert "dp_" not in plain
-    dp = (tmp_path / "dp/dp/app/config/config_fed_client.json").read_text()
-    assert '"dp_noise_multiplier": 1.2' in dp and "dp_target_epsilon" not in dp
+    assert "dp_" not in plain and "DPSettings" not in plain
+    assert "dp" not in json.loads(plain)["executors"][0]["executor"]["args"]
+    dp = json.loads((tmp_path / "dp/dp/app/config/config_fed_client.json").read_text())
+    assert dp["executors"][0]["executor"]["args"]["dp"] == {
+        "path": "nvflare_moon.core.dp.DPSettings",
+        "args": {"noise_multiplier": 1.2},
+    }
 
 
 # ---- a site's rounds ----------------------------------------------------------------------------------------------
 
 
+SIGMA_ONE = DPSettings(noise_multiplier=1.0)
+
+
 def dp_executor(executor_class=MoonExecutor, **kwargs):
-    dataset = tiny_dataset([0, 1, 2] * 20)
-    return executor_class(tiny_net(), dataset=dataset, local_epochs=2, batch_size=8, device="cpu", **kwargs)
+    data = DataSpec(dataset=tiny_dataset([0, 1, 2] * 20))
+    training = TrainingSpec(local_epochs=2, batch_size=8, device="cpu")
+    return executor_class(tiny_net(), data=data, training=training, **kwargs)
 
 
 def train_rounds(executor, ctx, rounds, meta=None):
@@ -222,25 +231,25 @@ def train_rounds(executor, ctx, rounds, meta=None):
 
 def test_a_restarted_executor_reports_the_epsilon_of_every_round_before(tmp_path):
     ctx = site_context(tmp_path)
-    lived = train_rounds(started(dp_executor(dp_noise_multiplier=1.0), ctx), ctx, [0, 1])
+    lived = train_rounds(started(dp_executor(dp=SIGMA_ONE), ctx), ctx, [0, 1])
     assert 0 < lived[0] < lived[1]
     ctx = site_context(tmp_path, job="job-2")
-    restarted = train_rounds(started(dp_executor(dp_noise_multiplier=1.0), ctx), ctx, [0])
-    restarted += train_rounds(started(dp_executor(dp_noise_multiplier=1.0), ctx), ctx, [1])
+    restarted = train_rounds(started(dp_executor(dp=SIGMA_ONE), ctx), ctx, [0])
+    restarted += train_rounds(started(dp_executor(dp=SIGMA_ONE), ctx), ctx, [1])
     assert restarted == lived
 
 
 def test_scaffold_and_fedprox_train_with_dp_sgd(tmp_path):
     ctx = site_context(tmp_path)
-    assert train_rounds(started(dp_executor(ScaffoldExecutor, dp_noise_multiplier=1.0), ctx), ctx, [0])[0] > 0
+    assert train_rounds(started(dp_executor(ScaffoldExecutor, dp=SIGMA_ONE), ctx), ctx, [0])[0] > 0
     ctx = site_context(tmp_path, job="job-2")
     meta = {AlgorithmConstants.FEDPROX_MU: 0.01}
-    assert train_rounds(started(dp_executor(FedProxExecutor, dp_noise_multiplier=1.0), ctx), ctx, [0], meta)[0] > 0
+    assert train_rounds(started(dp_executor(FedProxExecutor, dp=SIGMA_ONE), ctx), ctx, [0], meta)[0] > 0
 
 
 def test_an_unreadable_ledger_refuses_every_later_round(tmp_path, caplog):
     ctx = site_context(tmp_path)
-    executor = started(dp_executor(dp_noise_multiplier=1.0), ctx)
+    executor = started(dp_executor(dp=SIGMA_ONE), ctx)
     train_rounds(executor, ctx, [0])
     (ledger,) = (tmp_path / "job-1" / "nvflare_moon").glob("dp_ledger.pt")
     ledger.write_bytes(b"not a ledger")
@@ -303,7 +312,8 @@ def test_the_dp_protocol_shares_quicks_moon_and_sets_each_target_epsilon(tmp_pat
             continue
         METHODS[spec.variant.method].launch(spec, str(tmp_path / spec.run_id), None)
         (config,) = (tmp_path / spec.run_id / "job").glob("*/app/config/config_fed_client.json")
-        targets[spec.run_id] = json.loads(config.read_text())["executors"][0]["executor"]["args"]["dp_target_epsilon"]
+        executor_args = json.loads(config.read_text())["executors"][0]["executor"]["args"]
+        targets[spec.run_id] = executor_args["dp"]["args"]["target_epsilon"]
     assert targets == {f"moon-dp_target_epsilon{eps:g}-beta0.5-seed0": eps for eps in (1.0, 3.0, 8.0)}
 
 

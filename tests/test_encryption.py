@@ -16,6 +16,7 @@ from nvflare.app_common.app_event_type import AppEventType
 from nvflare.app_common.filters import ExcludeVars
 from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
+from nvflare_moon.core.specs import DataSpec
 from nvflare_moon.core.weights import load_numpy_state, restore_shapes
 from nvflare_moon.executors import FedAvgExecutor
 from nvflare_moon.executors import weight_exchange
@@ -30,7 +31,7 @@ from nvflare_moon.recipes import (
 from nvflare_moon.server import TrainTaskSettings
 
 from .executor_harness import global_weights, run_task, site_context, started, tiny_dataset, tiny_net, train_task
-from .test_executor import LABELS, SETTINGS
+from .test_executor import LABELS, TRAINING
 
 pytest.importorskip("tenseal", reason="encryption='ckks' needs TenSEAL (extra 'he')")
 HE = dict(min_clients=2, num_rounds=2, dataset="synthetic", server_evaluation=False, encryption="ckks")
@@ -133,7 +134,10 @@ def test_without_encryption_the_job_has_no_he_part(tmp_path):
 def he_site(tmp_path, monkeypatch):
     monkeypatch.setattr(weight_exchange, "check_he_context", lambda fl_ctx: None)  # no kit here: see the POC test
     executor = FedAvgExecutor(
-        model=tiny_net(seed=7), dataset=tiny_dataset(LABELS), encrypted_aggregation=True, **SETTINGS
+        model=tiny_net(seed=7),
+        data=DataSpec(dataset=tiny_dataset(LABELS)),
+        training=TRAINING,
+        encrypted_aggregation=True,
     )
     ctx = site_context(tmp_path)
     return started(executor, ctx), ctx
@@ -159,7 +163,10 @@ def test_under_he_a_site_trains_from_the_decrypted_flat_global_model_as_from_the
 
 def test_a_site_without_the_he_context_answers_its_first_task_with_the_reason_and_the_fix(tmp_path):
     executor = FedAvgExecutor(
-        model=tiny_net(seed=7), dataset=tiny_dataset(LABELS), encrypted_aggregation=True, **SETTINGS
+        model=tiny_net(seed=7),
+        data=DataSpec(dataset=tiny_dataset(LABELS)),
+        training=TRAINING,
+        encrypted_aggregation=True,
     )
     ctx = site_context(tmp_path)
     started(executor, ctx)

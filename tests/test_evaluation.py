@@ -21,6 +21,7 @@ from nvflare.recipe.utils import add_cross_site_evaluation, add_experiment_track
 from torch.utils.data import TensorDataset
 
 from nvflare_moon.core.site_metrics import site_spread, weighted_metric_means
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.training import evaluate
 from nvflare_moon.core.weights import load_numpy_state, state_dict_to_numpy
 from nvflare_moon.data import (
@@ -107,7 +108,9 @@ def site_context(site: str) -> FLContext:
 
 def test_validate_refuses_a_model_that_does_not_fit_and_an_empty_site_reports_nothing(caplog):
     net = Network(num_classes=10, out_dim=32, seed=0)
-    executor = FedAvgExecutor(model=net, dataset="synthetic", num_sites=3, batch_size=16, device="cpu", num_threads=1)
+    data = DataSpec(dataset="synthetic", num_sites=3)
+    training = TrainingSpec(batch_size=16, device="cpu", num_threads=1)
+    executor = FedAvgExecutor(model=net, data=data, training=training)
     fl_ctx = site_context("site-1")
     executor.handle_event(EventType.START_RUN, fl_ctx)
     params = state_dict_to_numpy(Network(num_classes=10, out_dim=16, seed=0))  # another projection size
@@ -131,12 +134,9 @@ def test_validate_refuses_a_model_that_does_not_fit_and_an_empty_site_reports_no
 
     empty = FedAvgExecutor(
         model=net,
-        dataset="synthetic",
+        data=data,
+        training=training,
         val_dataset=TensorDataset(torch.zeros(0, 3, 32, 32), torch.zeros(0).long()),
-        num_sites=3,
-        batch_size=16,
-        device="cpu",
-        num_threads=1,
     )
     empty.handle_event(EventType.START_RUN, fl_ctx)
     assert empty.evaluate_locally(net, fl_ctx) == {}

@@ -1,6 +1,7 @@
 """FedAvgExecutor.execute, which every method runs: each reply it gives a server, on a tiny network and in-memory data
 with a site's FLContext (no simulator)."""
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -10,16 +11,17 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.fl_model import ParamsType
 
 from nvflare_moon.core.rounds import FedAvgRound
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.executors import FedAvgExecutor
 
 from .executor_harness import global_weights, run_task, site_context, started, tiny_dataset, tiny_net
 
 LABELS = [0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1]  # 14 samples: 3 batches of 4, the last 2 dropped
-SETTINGS = dict(local_epochs=2, batch_size=4, lr=0.1, momentum=0.9, weight_decay=0.0, device="cpu")
+TRAINING = TrainingSpec(local_epochs=2, batch_size=4, lr=0.1, momentum=0.9, weight_decay=0.0, device="cpu")
 
 
-def fedavg_site(tmp_path, executor_class=FedAvgExecutor, **kwargs):
-    executor = executor_class(model=tiny_net(seed=7), dataset=tiny_dataset(LABELS), **{**SETTINGS, **kwargs})
+def fedavg_site(tmp_path, executor_class=FedAvgExecutor, training=TRAINING):
+    executor = executor_class(model=tiny_net(seed=7), data=DataSpec(dataset=tiny_dataset(LABELS)), training=training)
     ctx = site_context(tmp_path)
     return started(executor, ctx), ctx
 
@@ -38,7 +40,7 @@ def test_a_round_returns_the_trained_weights_the_sample_count_and_the_steps(tmp_
 def test_training_starts_from_the_received_global_weights(tmp_path):
     # the site's own initial weights (seed 7) must not matter: two sites given the same global model agree
     a, ctx_a = fedavg_site(tmp_path / "a")
-    b = FedAvgExecutor(model=tiny_net(seed=8), dataset=tiny_dataset(LABELS), **SETTINGS)
+    b = FedAvgExecutor(model=tiny_net(seed=8), data=DataSpec(dataset=tiny_dataset(LABELS)), training=TRAINING)
     ctx_b = site_context(tmp_path / "b")
     started(b, ctx_b)
     _, from_a = run_task(a, ctx_a, global_weights(seed=3), round_number=2)
@@ -79,7 +81,7 @@ class DivergingExecutor(FedAvgExecutor):
 
 
 def test_a_diverged_round_is_an_execution_exception_that_says_so(tmp_path, caplog):
-    executor, ctx = fedavg_site(tmp_path, DivergingExecutor, lr=0.5)
+    executor, ctx = fedavg_site(tmp_path, DivergingExecutor, dataclasses.replace(TRAINING, lr=0.5))
     with caplog.at_level(logging.ERROR):
         code, _ = run_task(executor, ctx, global_weights(), round_number=4)
     assert code == ReturnCode.EXECUTION_EXCEPTION

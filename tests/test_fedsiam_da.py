@@ -15,8 +15,10 @@ from nvflare.app_common.abstract.fl_model import FLModel
 
 from nvflare_moon.core.aggregation import weighted_average
 from nvflare_moon.core.dual_aggregation import dual_aggregate, float_vector, vector_keys
+from nvflare_moon.core.fedsiam_da import FedSiamDASettings
 from nvflare_moon.core.losses import simsiam_distance
 from nvflare_moon.core.objectives import FedSiamDAObjective
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.executors import FedSiamDAExecutor
 from nvflare_moon.models import Network, ProjectionModel
@@ -241,12 +243,17 @@ def test_the_working_global_copy_trains_in_the_same_steps_and_leaves_the_global_
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
-    [({"history": "step"}, "history"), ({"mu": -1.0}, "mu"), ({"batch_size": 1}, "batch_size")],
+    "arguments, name",
+    [
+        (lambda: {"settings": FedSiamDASettings(history="step")}, "history"),
+        (lambda: {"settings": FedSiamDASettings(mu=-1.0)}, "mu"),
+        (lambda: {"training": TrainingSpec(batch_size=1)}, "batch_size"),
+    ],
+    ids=["history", "mu", "batch_size"],
 )
-def test_bad_executor_arguments_are_refused_by_name(kwargs, name):
-    with pytest.raises(ValueError, match=name):
-        FedSiamDAExecutor(model=Network(predictor_hidden_dim=64), **kwargs)
+def test_bad_executor_arguments_are_refused_by_name(arguments, name):
+    with pytest.raises(ValueError, match=name):  # by the settings, or by the executor (batch_size)
+        FedSiamDAExecutor(model=Network(predictor_hidden_dim=64), **arguments())
 
 
 def test_a_model_without_predictor_is_refused_with_the_fix():
@@ -399,8 +406,14 @@ def test_dual_aggregator_refuses_a_bad_floor():
 def test_committed_job_has_the_defaults():
     client = json.loads((REPO / "jobs/fedsiam_da_cifar10/app/config/config_fed_client.json").read_text())
     args = client["executors"][0]["executor"]["args"]
-    assert (args["mu"], args["history"], args["dataset"], args["local_epochs"]) == (0.01, "epoch", "cifar10", 10)
-    assert args["history_branch"] == "projection"
+    settings, data, training = (args[name]["args"] for name in ("settings", "data", "training"))
+    assert (settings["mu"], settings["history"], data["dataset"], training["local_epochs"]) == (
+        0.01,
+        "epoch",
+        "cifar10",
+        10,
+    )
+    assert settings["history_branch"] == "projection"
     assert args["model"]["args"]["predictor_hidden_dim"] == 64
     server = json.loads((REPO / "jobs/fedsiam_da_cifar10/app/config/config_fed_server.json").read_text())
     assert server["workflows"][0]["args"]["aggregator"]["path"].endswith("DualAggregator")
@@ -425,7 +438,9 @@ def test_recipe_sends_its_options_to_the_executor_and_the_aggregator(tmp_path):
     config = tmp_path / "options/app/config"
     client = json.loads((config / "config_fed_client.json").read_text())["executors"][0]["executor"]["args"]
     server = json.loads((config / "config_fed_server.json").read_text())["workflows"][0]["args"]["aggregator"]
-    assert client["history_branch"] == "predictor" and server["args"]["cosine_vector"] == "parameters"
+    assert (
+        client["settings"]["args"]["history_branch"] == "predictor" and server["args"]["cosine_vector"] == "parameters"
+    )
 
 
 def test_executor_builds_the_working_copy_from_the_received_weights_and_steps_it(tmp_path):
@@ -433,11 +448,8 @@ def test_executor_builds_the_working_copy_from_the_received_weights_and_steps_it
     copy: the copy starts at the received weights and ends elsewhere."""
     executor = FedSiamDAExecutor(
         model=tiny_net(seed=5),
-        dataset=tiny_dataset([0, 1, 2, 0, 1, 2, 0, 1]),
-        local_epochs=2,
-        batch_size=4,
-        lr=0.05,
-        device="cpu",
+        data=DataSpec(dataset=tiny_dataset([0, 1, 2, 0, 1, 2, 0, 1])),
+        training=TrainingSpec(local_epochs=2, batch_size=4, lr=0.05, device="cpu"),
     )
     ctx = site_context(tmp_path)
     started(executor, ctx)

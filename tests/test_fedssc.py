@@ -13,7 +13,9 @@ import torch.nn as nn
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.app_common.abstract.fl_model import FLModel
 
+from nvflare_moon.core.fedssc import FedSSCSettings
 from nvflare_moon.core.losses import prototype_contrastive_loss
+from nvflare_moon.core.moon import MoonSettings
 from nvflare_moon.core.objectives import FedSSCObjective, MoonObjective
 from nvflare_moon.core.prototypes import (
     ALTERNATE_AVAILABLE,
@@ -29,6 +31,7 @@ from nvflare_moon.core.prototypes import (
     select_prototypes,
     usable_class_means,
 )
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.executors import FedSSCExecutor
 from nvflare_moon.models import Network
@@ -203,18 +206,19 @@ def test_upload_clipping_and_noise():
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
+    "arguments, name",
     [
-        ({"mu_glob": -1.0}, "mu_glob"),
-        ({"min_class_count": 0}, "min_class_count"),
-        ({"prototype_clip_norm": 0.0}, "prototype_clip_norm"),
-        ({"prototype_noise_std": -0.1}, "prototype_noise_std"),
-        ({"mu": -1.0}, "mu"),
+        (lambda: {"fedssc_settings": FedSSCSettings(mu_glob=-1.0)}, "mu_glob"),
+        (lambda: {"fedssc_settings": FedSSCSettings(min_class_count=0)}, "min_class_count"),
+        (lambda: {"fedssc_settings": FedSSCSettings(prototype_clip_norm=0.0)}, "prototype_clip_norm"),
+        (lambda: {"fedssc_settings": FedSSCSettings(prototype_noise_std=-0.1)}, "prototype_noise_std"),
+        (lambda: {"settings": MoonSettings(mu=-1.0)}, "mu"),
     ],
+    ids=["mu_glob", "min_class_count", "prototype_clip_norm", "prototype_noise_std", "mu"],
 )
-def test_bad_executor_arguments_are_refused_by_name(kwargs, name):
+def test_bad_executor_arguments_are_refused_by_name(arguments, name):
     with pytest.raises(ValueError, match=name):
-        FedSSCExecutor(model=Network(), **kwargs)
+        FedSSCExecutor(model=Network(), **arguments())
 
 
 def test_executor_needs_a_projection_model():
@@ -234,12 +238,9 @@ EXECUTOR_LABELS = [0] * 6 + [1] * 4 + [2] * 2  # 12 samples, 3 whole batches of 
 def fedssc_site(tmp_path, local_epochs=2):
     executor = FedSSCExecutor(
         model=tiny_net(),
-        dataset=tiny_dataset(EXECUTOR_LABELS),
-        local_epochs=local_epochs,
-        batch_size=4,
-        lr=0.05,
-        min_class_count=1,
-        device="cpu",
+        data=DataSpec(dataset=tiny_dataset(EXECUTOR_LABELS)),
+        training=TrainingSpec(local_epochs=local_epochs, batch_size=4, lr=0.05, device="cpu"),
+        fedssc_settings=FedSSCSettings(min_class_count=1),
     )
     ctx = site_context(tmp_path)
     return started(executor, ctx), ctx
@@ -263,7 +264,7 @@ def test_executor_uploads_the_mean_projections_of_the_last_local_epoch(tmp_path)
     """The uploaded means are those of the training forward passes of the last epoch (the model moves between
     epochs, so the first epoch's, or all epochs', means differ)."""
     executor, ctx = fedssc_site(tmp_path, local_epochs=3)
-    dataset = executor.dataset
+    dataset = executor.data.dataset
     label_of = {x.numpy().tobytes(): int(y) for x, y in dataset}
     forwards = []  # (projections, labels) of every training forward pass, in order
 
@@ -433,12 +434,13 @@ def test_mu_defaults_to_moons_best_mu_for_the_dataset():
     assert FedSSCRecipe(dataset="tinyimagenet").mu == 1.0
     assert FedSSCRecipe(dataset="cifar100", mu=3.0).mu == 3.0
     recipe = FedSSCRecipe(dataset="cifar100")
-    assert recipe.moon_args()["mu"] == 1.0  # what the executor gets
+    assert recipe.moon_settings().mu == 1.0  # what the executor gets
 
 
 def test_the_old_name_mu_moon_still_works_for_one_release_with_a_warning(tmp_path):
-    with pytest.warns(DeprecationWarning, match=r"FedSSCRecipe\(mu_moon=\.\.\.\) is deprecated .* use mu="):
-        assert FedSSCRecipe(mu_moon=3.0).moon_args()["mu"] == 3.0
+    with pytest.warns(DeprecationWarning, match=r"FedSSCRecipe\(mu_moon=\.\.\.\) is deprecated .* use mu=") as warned:
+        assert FedSSCRecipe(mu_moon=3.0).moon_settings().mu == 3.0
+    assert warned[0].filename == __file__  # the user's line, not the recipe's
     script = tmp_path / "client.py"
     script.write_text("")
     with pytest.warns(DeprecationWarning, match="FedSSCScriptRecipe"):
@@ -469,17 +471,12 @@ def test_committed_job_has_the_papers_defaults():
     client = json.loads((REPO / "jobs/fedssc_cifar10/app/config/config_fed_client.json").read_text())
     args = client["executors"][0]["executor"]["args"]
     expected = dict(
-        mu=5.0,
-        mu_glob=1.0,
-        temperature=0.5,
-        min_class_count=10,
-        prototype_clip_norm=None,
-        prototype_noise_std=0.0,
-        dataset="cifar10",
-        num_sites=10,
-        local_epochs=10,
+        settings=dict(mu=5.0, temperature=0.5),
+        fedssc_settings=dict(mu_glob=1.0, min_class_count=10, prototype_clip_norm=None, prototype_noise_std=0.0),
+        data=dict(dataset="cifar10", num_sites=10),
+        training=dict(local_epochs=10),
     )
-    assert {k: args[k] for k in expected} == expected
+    assert {spec: {k: args[spec]["args"][k] for k in fields} for spec, fields in expected.items()} == expected
     server = json.loads((REPO / "jobs/fedssc_cifar10/app/config/config_fed_server.json").read_text())
     aggregator = server["workflows"][0]["args"]["aggregator"]
     assert aggregator["path"].endswith("PrototypeSharingAggregator")

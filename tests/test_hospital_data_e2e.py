@@ -51,7 +51,8 @@ def test_each_hospital_trains_on_its_own_folder_and_reports_its_accuracy(tmp_pat
     client_config = json.loads(
         (jobs / "hospital_moon" / "app_hospital-2" / "config" / "config_fed_client.json").read_text()
     )
-    assert client_config["executors"][0]["executor"]["args"]["data_root"] == str(folders["hospital-2"])
+    data = client_config["executors"][0]["executor"]["args"]["data"]["args"]
+    assert data["data_root"] == str(folders["hospital-2"])
 
     run = run_simulator(jobs / "hospital_moon", tmp_path / "ws", n=2, t=threads, clients=HOSPITALS, timeout=300)
     assert run.returncode == 0, run.output[-3000:]

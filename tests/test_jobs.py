@@ -6,6 +6,8 @@ import json
 import pytest
 from nvflare.recipe.utils import set_per_site_config
 
+from nvflare_moon.core.moon import MoonSettings
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.executors import FedAvgExecutor, MoonExecutor
 from nvflare_moon.ops.export_jobs import JOBS, export_all
 from nvflare_moon.models import Network
@@ -34,20 +36,11 @@ def test_main_job_has_the_papers_defaults():
     client = json.loads((REPO / "jobs/moon_cifar10/app/config/config_fed_client.json").read_text())
     args = client["executors"][0]["executor"]["args"]
     expected = dict(
-        mu=5.0,
-        temperature=0.5,
-        num_previous_models=1,
-        dataset="cifar10",
-        num_sites=10,
-        beta=0.5,
-        seed=0,
-        local_epochs=10,
-        batch_size=64,
-        lr=0.01,
-        momentum=0.9,
-        weight_decay=1e-5,
+        settings=dict(mu=5.0, temperature=0.5, num_previous_models=1),
+        data=dict(dataset="cifar10", num_sites=10, beta=0.5, seed=0),
+        training=dict(local_epochs=10, batch_size=64, lr=0.01, momentum=0.9, weight_decay=1e-5),
     )
-    assert {k: args[k] for k in expected} == expected
+    assert {spec: {k: args[spec]["args"][k] for k in fields} for spec, fields in expected.items()} == expected
     assert args["model"]["args"]["arch"] == "simple_cnn"
     server = json.loads((REPO / "jobs/moon_cifar10/app/config/config_fed_server.json").read_text())
     assert server["workflows"][0]["args"]["num_rounds"] == 100
@@ -58,29 +51,40 @@ def test_main_job_has_the_papers_defaults():
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
+    "spec, kwargs, name",
     [
-        ({"mu": -1.0}, "mu"),
-        ({"temperature": 0.0}, "temperature"),
-        ({"num_previous_models": 0}, "num_previous_models"),
-        ({"dataset": "mnist"}, "dataset"),
-        ({"beta": 0}, "beta"),
-        ({"lr": float("nan")}, "lr"),
-        ({"partition": "shards"}, "partition"),
-        ({"dataset": "image_folder"}, "needs site_data="),
-        ({"dataset": "image_folder", "site_data": {"class_names": ["a", "b"], "image_size": 0}}, "image_size"),
-        ({"dataset": "datalist", "site_data": {"class_names": ["a", "b"], "colour": True}}, "site_data: .*colour"),
-        ({"site_data": {"class_names": ["a", "b"]}}, "site_data is for dataset='image_folder'"),
+        (MoonSettings, {"mu": -1.0}, "mu"),
+        (MoonSettings, {"temperature": 0.0}, "temperature"),
+        (MoonSettings, {"num_previous_models": 0}, "num_previous_models"),
+        (DataSpec, {"dataset": "mnist"}, "dataset"),
+        (DataSpec, {"beta": 0}, "beta"),
+        (TrainingSpec, {"lr": float("nan")}, "lr"),
+        (DataSpec, {"partition": "shards"}, "partition"),
+        (DataSpec, {"dataset": "image_folder"}, "needs site_data="),
+        (
+            DataSpec,
+            {"dataset": "image_folder", "site_data": {"class_names": ["a", "b"], "image_size": 0}},
+            "image_size",
+        ),
+        (
+            DataSpec,
+            {"dataset": "datalist", "site_data": {"class_names": ["a", "b"], "colour": True}},
+            "site_data: .*colour",
+        ),
+        (DataSpec, {"site_data": {"class_names": ["a", "b"]}}, "site_data is for dataset='image_folder'"),
     ],
 )
-def test_bad_executor_arguments_are_refused_by_name(kwargs, name):
-    with pytest.raises(ValueError, match=name):
-        MoonExecutor(model=Network(), **kwargs)
+def test_bad_executor_arguments_are_refused_by_name(spec, kwargs, name):
+    argument = {MoonSettings: "settings", DataSpec: "data", TrainingSpec: "training"}[spec]
+    with pytest.raises(ValueError, match=name):  # by the spec, or by the executor that takes it
+        MoonExecutor(model=Network(), **{argument: spec(**kwargs)})
 
 
 def test_a_data_path_is_the_sites_and_is_not_checked_where_the_job_is_built():
-    MoonExecutor(model=Network(), data_root="/data/{SITE_NAME}/cifar", download=False)
-    MoonExecutor(model=Network(num_classes=2), dataset="image_folder", site_data={"class_names": ["a", "b"]})
+    MoonExecutor(model=Network(), data=DataSpec(data_root="/data/{SITE_NAME}/cifar", download=False))
+    MoonExecutor(
+        model=Network(num_classes=2), data=DataSpec(dataset="image_folder", site_data={"class_names": ["a", "b"]})
+    )
 
 
 def test_per_site_settings_are_refused_unless_a_site_may_set_them():

@@ -7,15 +7,18 @@ import os
 import pytest
 import torch
 
+from nvflare_moon.core.specs import DataSpec
 from nvflare_moon.core.state import SiteStateStore
 from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.models import Network
 
 from .executor_harness import site_context
 
+SYNTHETIC = DataSpec(dataset="synthetic")
+
 
 def moon_executor():
-    executor = MoonExecutor(model=Network(seed=0), dataset="synthetic")
+    executor = MoonExecutor(model=Network(seed=0), data=SYNTHETIC)
     executor._net = executor.model
     return executor
 
@@ -47,7 +50,7 @@ def test_a_corrupt_state_file_gives_a_warning_and_a_round_without_the_term(tmp_p
 
 def test_a_state_file_for_another_network_is_not_used(tmp_path, caplog):
     ctx = site_context(tmp_path)
-    other = MoonExecutor(model=Network(seed=0, out_dim=128), dataset="synthetic")
+    other = MoonExecutor(model=Network(seed=0, out_dim=128), data=SYNTHETIC)
     other._net = other.model
     other.make_objective(0, ctx)
     other.after_training(0, ctx)
@@ -96,7 +99,7 @@ def test_a_round_run_again_uses_the_upload_before_it_not_its_own(tmp_path, caplo
 
 def test_a_continuation_job_takes_the_failed_jobs_state_and_keeps_its_own_copy(tmp_path, caplog):
     run_round(site_context(tmp_path, job="failed"), 0, seed=10)
-    continuation = MoonExecutor(model=Network(seed=0), dataset="synthetic", resume_from_job_id="failed")
+    continuation = MoonExecutor(model=Network(seed=0), data=SYNTHETIC, resume_from_job_id="failed")
     continuation._net = continuation.model
     ctx = site_context(tmp_path, job="continuation")
     with caplog.at_level(logging.INFO):
@@ -114,4 +117,4 @@ def test_a_continuation_job_takes_the_failed_jobs_state_and_keeps_its_own_copy(t
 
 def test_resume_from_job_id_is_checked():
     with pytest.raises(ValueError, match="resume_from_job_id must be a job id"):
-        MoonExecutor(model=Network(seed=0), dataset="synthetic", resume_from_job_id="")
+        MoonExecutor(model=Network(seed=0), data=SYNTHETIC, resume_from_job_id="")

@@ -13,8 +13,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 from nvflare_moon.core.feature_noise import FeatureNoise
+from nvflare_moon.core.moon import MoonSettings
 from nvflare_moon.core.objectives import LightHistoryMoonObjective, MoonObjective, RepresentationL2Objective
 from nvflare_moon.core.schedules import describe_mu_schedule, scheduled_mu
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.executors import FedSSCExecutor, MoonExecutor
 from nvflare_moon.executors.local_data import round_batches
@@ -22,6 +24,8 @@ from nvflare_moon.models import Network, ProjectionHead
 from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
 
 from .executor_harness import site_context
+
+SYNTHETIC = DataSpec(dataset="synthetic")
 
 # ---- the cold start ---------------------------------------------------------------------------------------------
 
@@ -57,7 +61,7 @@ def test_schedule_in_words():
 )
 def test_bad_settings_are_refused_by_name(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        MoonExecutor(model=Network(), dataset="synthetic", **kwargs)
+        MoonExecutor(model=Network(), data=SYNTHETIC, settings=MoonSettings(**kwargs))
     with pytest.raises(ValueError, match=name):
         MoonRecipe(min_clients=2, dataset="synthetic", **kwargs)
 
@@ -68,7 +72,7 @@ def test_noise_needs_the_projection_model():
             return x
 
     with pytest.raises(ValueError, match="feature_noise_std > 0 needs a ProjectionModel"):
-        MoonExecutor(model=Plain(), dataset="synthetic", feature_noise_std=0.1)
+        MoonExecutor(model=Plain(), data=SYNTHETIC, settings=MoonSettings(feature_noise_std=0.1))
 
 
 @pytest.mark.parametrize("executor_class", [MoonExecutor, FedSSCExecutor])
@@ -77,7 +81,8 @@ def test_a_new_process_every_round_applies_the_scheduled_mu_and_logs_it(executor
     ctx = site_context(tmp_path)
     expected = [0.0, 0.0, 1.0, 2.0, 2.0]
     for round_number, mu in enumerate(expected):
-        executor = executor_class(model=Network(seed=0), dataset="synthetic", mu=2.0, mu_off_rounds=2, mu_ramp_rounds=1)
+        settings = MoonSettings(mu=2.0, mu_off_rounds=2, mu_ramp_rounds=1)
+        executor = executor_class(model=Network(seed=0), data=SYNTHETIC, settings=settings)
         executor._net = executor.model
         caplog.clear()
         with caplog.at_level(logging.INFO):
@@ -119,8 +124,9 @@ def test_mu_zero_drops_the_term_without_computing_it():
 def test_recipes_write_the_practical_options_into_the_job(recipe, expected, tmp_path):
     recipe(**expected).export(str(tmp_path))
     (config,) = tmp_path.glob("*/app/config/config_fed_client.json")
-    args = json.loads(config.read_text())["executors"][0]["executor"]["args"]
-    assert {k: args[k] for k in expected} == expected
+    settings = json.loads(config.read_text())["executors"][0]["executor"]["args"]["settings"]
+    assert settings["path"] == "nvflare_moon.core.moon.MoonSettings"
+    assert {k: settings["args"][k] for k in expected} == expected
 
 
 # ---- noise before the projection head ---------------------------------------------------------------------------
@@ -161,18 +167,22 @@ def test_the_model_applies_noise_only_in_training_mode():
 SITE_DATA = TensorDataset(torch.randn(96, 3, 32, 32), torch.arange(96) % 10)
 
 
-def train_rounds(tmp_path, rounds=2, site="site-1", **kwargs):
+def train_rounds(tmp_path, rounds=2, site="site-1", **settings):
     """Rounds 0 … rounds−1 of a site, each by a new executor (a restarted process) from the same initial weights, as
-    ``execute`` runs them; the last one's executor and mean loss terms. Round 1 on has MOON's term."""
+    ``execute`` runs them, with MOON's ``settings``; the last one's executor and mean loss terms. Round 1 on has MOON's
+    term."""
     ctx = site_context(tmp_path, site=site)
     for round_number in range(rounds):
         executor = MoonExecutor(
-            model=Network(seed=0), dataset=SITE_DATA, batch_size=32, local_epochs=2, num_threads=1, **kwargs
+            model=Network(seed=0),
+            data=DataSpec(dataset=SITE_DATA),
+            training=TrainingSpec(batch_size=32, local_epochs=2, num_threads=1),
+            settings=MoonSettings(**settings),
         )
         executor._setup(ctx)
         objective = executor.make_objective(round_number, ctx)
         optimizer = sgd(executor._net, 0.05, 0.9, 0.0)
-        batches = round_batches(executor._data, executor.batch_size, executor.seed, site, round_number)
+        batches = round_batches(executor._source, executor.training.batch_size, executor.data.seed, site, round_number)
         result = train_local(executor._net, batches, objective, optimizer, 2, torch.device("cpu"))
         executor.after_training(round_number, ctx)
     return executor, result.mean_terms
@@ -241,7 +251,9 @@ def test_light_history_state_holds_only_the_projection_head(tmp_path):
 def test_a_history_of_the_other_kind_is_set_aside_not_misread(tmp_path, caplog, written, read):
     train_rounds(tmp_path, rounds=1, light_history=written)
     ctx = site_context(tmp_path)
-    executor = MoonExecutor(model=Network(seed=0), dataset=SITE_DATA, light_history=read)
+    executor = MoonExecutor(
+        model=Network(seed=0), data=DataSpec(dataset=SITE_DATA), settings=MoonSettings(light_history=read)
+    )
     executor._setup(ctx)
     with caplog.at_level(logging.WARNING):
         assert executor.make_objective(1, ctx).previous_models == []
@@ -251,6 +263,6 @@ def test_a_history_of_the_other_kind_is_set_aside_not_misread(tmp_path, caplog, 
 
 def test_light_history_needs_the_projection_model():
     with pytest.raises(ValueError, match="light_history=True needs a ProjectionModel"):
-        MoonExecutor(model=torch.nn.Linear(2, 2), dataset="synthetic", light_history=True)
+        MoonExecutor(model=torch.nn.Linear(2, 2), data=SYNTHETIC, settings=MoonSettings(light_history=True))
     with pytest.raises(ValueError, match="light_history must be True or False"):
-        MoonExecutor(model=Network(seed=0), dataset="synthetic", light_history="yes")
+        MoonExecutor(model=Network(seed=0), data=SYNTHETIC, settings=MoonSettings(light_history="yes"))

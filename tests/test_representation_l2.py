@@ -1,17 +1,23 @@
 """The MOON paper's loss ablation (Table 5): the ℓ2 representation penalty, its objective and how a job selects it."""
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from nvflare_moon.core.losses import representation_l2_loss
+from nvflare_moon.core.moon import MoonSettings
 from nvflare_moon.core.objectives import RepresentationL2Objective
+from nvflare_moon.core.specs import DataSpec
 from nvflare_moon.core.training import frozen_copy
 from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import MoonRecipe
 
 from .executor_harness import site_context
+
+SYNTHETIC = DataSpec(dataset="synthetic")
 
 
 def test_value_matches_a_hand_computation():
@@ -54,8 +60,8 @@ def test_objective_is_cross_entropy_plus_mu_times_the_penalty():
 
 def test_executor_and_recipe_select_the_ablation():
     with pytest.raises(ValueError, match="representation_loss"):
-        MoonExecutor(model=Network(seed=0), dataset="synthetic", representation_loss="cosine")
-    assert MoonExecutor(model=Network(seed=0), dataset="synthetic").representation_loss == "contrastive"
+        MoonExecutor(model=Network(seed=0), data=SYNTHETIC, settings=MoonSettings(representation_loss="cosine"))
+    assert MoonExecutor(model=Network(seed=0), data=SYNTHETIC).settings.representation_loss == "contrastive"
     recipe = MoonRecipe(name="moon_l2", dataset="synthetic", min_clients=2, representation_loss="l2")
     assert recipe.representation_loss == "l2"
     with pytest.raises(ValueError, match="representation_loss"):
@@ -65,13 +71,14 @@ def test_executor_and_recipe_select_the_ablation():
 def test_exported_job_names_the_penalty(tmp_path):
     recipe = MoonRecipe(name="moon_l2", dataset="synthetic", min_clients=2, representation_loss="l2_squared")
     recipe.export(str(tmp_path))
-    config = (tmp_path / "moon_l2" / "app" / "config" / "config_fed_client.json").read_text()
-    assert '"representation_loss": "l2_squared"' in config
+    config = json.loads((tmp_path / "moon_l2" / "app" / "config" / "config_fed_client.json").read_text())
+    assert config["executors"][0]["executor"]["args"]["settings"]["args"]["representation_loss"] == "l2_squared"
 
 
 @pytest.mark.parametrize("representation_loss, power", [("l2", 1), ("l2_squared", 2)])
 def test_the_executor_trains_on_the_penalty_it_was_given(representation_loss, power, tmp_path):
-    executor = MoonExecutor(model=Network(seed=0), dataset="synthetic", representation_loss=representation_loss)
+    settings = MoonSettings(representation_loss=representation_loss)
+    executor = MoonExecutor(model=Network(seed=0), data=SYNTHETIC, settings=settings)
     executor._net = executor.model  # as after the set-up, holding the received global weights
     objective = executor.make_objective(0, fl_ctx=site_context(tmp_path))
     with torch.no_grad():

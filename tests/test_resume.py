@@ -58,7 +58,7 @@ def test_the_continuation_starts_after_the_last_aggregated_round_with_its_model_
 
     executor = read(job, "client")["executors"][0]["executor"]
     assert executor["args"]["resume_from_job_id"] == "failed-id"
-    assert executor["args"]["mu"] == 5.0  # everything else as the job had it
+    assert executor["args"]["settings"]["args"]["mu"] == 5.0  # everything else as the job had it
     assert json.loads((job / "meta.json").read_text())["name"] == "moon_tiny-continued-from-round2"
     assert not (job / ".__nvfl_sig.json").exists()  # it would no longer match the changed folder
 

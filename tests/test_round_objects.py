@@ -15,6 +15,7 @@ from nvflare_moon.core.fedsiam_da import FedSiamDASettings
 from nvflare_moon.core.fedssc import FedSSCSettings
 from nvflare_moon.core.moon import MoonSettings
 from nvflare_moon.core.prototypes import PROTOTYPE_AVAILABLE, PROTOTYPES
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.training import sgd
 from nvflare_moon.core.weights import state_dict_to_numpy
 from nvflare_moon.executors import FedSiamDAExecutor, FedSSCExecutor, MoonExecutor
@@ -51,8 +52,8 @@ def received(model, round_number, meta):
     return SimpleNamespace(params=state_dict_to_numpy(model), current_round=round_number, meta=dict(meta))
 
 
-def executor_site(cls, tmp_path: Path, **options):
-    executor = cls(model=Network(seed=0, predictor_hidden_dim=8), dataset="synthetic", **options)
+def executor_site(cls, tmp_path: Path, **arguments):
+    executor = cls(model=Network(seed=0, predictor_hidden_dim=8), data=DataSpec(dataset="synthetic"), **arguments)
     executor._net = executor.model
     return executor, site_context(tmp_path / "executor")
 
@@ -102,7 +103,7 @@ def helper_model():
 
 @pytest.mark.parametrize("options", MOON_OPTIONS, ids=lambda o: ",".join(o) or "defaults")
 def test_every_moon_option_gives_the_same_losses_from_the_executor_and_the_helper(tmp_path, options):
-    executor, ctx = executor_site(MoonExecutor, tmp_path, **options)
+    executor, ctx = executor_site(MoonExecutor, tmp_path, settings=MoonSettings(**options))
     meta = MoonSettings(**options).to_meta()
     helper = PTMoonHelper(helper_model(), state_dir=tmp_path / "helper", job_id="job-1", site="site-1")
     expected = executor_losses(executor, ctx, rounds=4)
@@ -120,9 +121,15 @@ def prototypes_meta(round_number):
 
 @pytest.mark.parametrize("options", FEDSSC_OPTIONS, ids=lambda o: ",".join(o) or "defaults")
 def test_every_fedssc_option_gives_the_same_losses_and_uploads_from_both_sides(tmp_path, options):
-    executor, ctx = executor_site(FedSSCExecutor, tmp_path, local_epochs=1, **options)
     own = {k: v for k, v in options.items() if k in FEDSSC_FIELDS}
     moon = {k: v for k, v in options.items() if k not in FEDSSC_FIELDS}
+    executor, ctx = executor_site(
+        FedSSCExecutor,
+        tmp_path,
+        training=TrainingSpec(local_epochs=1),
+        settings=MoonSettings(**moon),
+        fedssc_settings=FedSSCSettings(**own),
+    )
     meta = {**MoonSettings(**moon).to_meta(), **FedSSCSettings(**own).to_meta()}
     helper = PTFedSSCHelper(helper_model(), 10, state_dir=tmp_path / "helper", job_id="job-1", site="site-1")
     expected = executor_losses(executor, ctx, 3, prototypes_meta)
@@ -134,7 +141,7 @@ def test_every_fedssc_option_gives_the_same_losses_and_uploads_from_both_sides(t
 
 @pytest.mark.parametrize("options", FEDSIAM_DA_OPTIONS, ids=lambda o: ",".join(o) or "defaults")
 def test_every_fedsiam_da_option_gives_the_same_losses_from_both_sides(tmp_path, options):
-    executor, ctx = executor_site(FedSiamDAExecutor, tmp_path, **options)
+    executor, ctx = executor_site(FedSiamDAExecutor, tmp_path, settings=FedSiamDASettings(**options))
     meta = FedSiamDASettings(**options).to_meta()
     helper = PTFedSiamDAHelper(helper_model(), state_dir=tmp_path / "helper", job_id="job-1", site="site-1")
     expected = executor_losses(executor, ctx, rounds=3)
@@ -161,7 +168,7 @@ def test_the_script_recipes_take_every_option_and_send_the_settings_dataclass(tm
 
 def test_a_setting_is_checked_once_with_the_same_message_on_every_side(tmp_path):
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        MoonExecutor(model=Network(), temperature=0)
+        MoonExecutor(model=Network(), settings=MoonSettings(temperature=0))
     with pytest.raises(ValueError, match="temperature must be > 0"):
         MoonScriptRecipe(model=Network(), min_clients=2, train_script="client.py", temperature=0)
     meta = {**MoonSettings().to_meta(), "moon_temperature": 0.0}
@@ -179,7 +186,7 @@ def test_a_setting_is_checked_once_with_the_same_message_on_every_side(tmp_path)
 
 @pytest.mark.parametrize("cls", [MoonExecutor, FedSSCExecutor, FedSiamDAExecutor])
 def test_the_local_model_for_cross_site_evaluation_is_the_last_upload(tmp_path, cls):
-    executor, ctx = executor_site(cls, tmp_path, local_epochs=1)
+    executor, ctx = executor_site(cls, tmp_path, training=TrainingSpec(local_epochs=1))
     executor_losses(executor, ctx, rounds=2, meta_of=prototypes_meta)
     round_number, state = executor.load_local_model(ctx)
     assert round_number == 1

@@ -67,8 +67,9 @@ def test_a_gpu_index_past_the_visible_gpus_is_refused(monkeypatch):
 
 
 def test_the_executor_names_a_bad_device():
+    from nvflare_moon.core.specs import DataSpec, TrainingSpec
     from nvflare_moon.executors import FedAvgExecutor
     from nvflare_moon.models import Network
 
     with pytest.raises(ValueError, match="device must be"):
-        FedAvgExecutor(model=Network(), dataset="synthetic", device="tpu")
+        FedAvgExecutor(model=Network(), data=DataSpec(dataset="synthetic"), training=TrainingSpec(device="tpu"))

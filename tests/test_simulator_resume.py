@@ -77,7 +77,17 @@ def test_a_killed_run_continued_gives_the_uninterrupted_runs_rounds_and_final_mo
     interrupted = tmp_path / "interrupted"
     run_and_kill(job, interrupted, n=2, t=threads)
     continued = subprocess.run(
-        [sys.executable, "-m", "nvflare_moon.ops.resume_point", "--workspace", str(interrupted), "-n", "2", "-t", str(threads)],
+        [
+            sys.executable,
+            "-m",
+            "nvflare_moon.ops.resume_point",
+            "--workspace",
+            str(interrupted),
+            "-n",
+            "2",
+            "-t",
+            str(threads),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -11,6 +11,7 @@ from nvflare.app_common.app_constant import AlgorithmConstants
 from PIL import Image
 
 from nvflare_moon import executors
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.weights import state_dict_to_numpy
 from nvflare_moon.data import TensorBatchLoader, image_cache
 from nvflare_moon.data.site_data import SiteDataSettings, load_site_data, stratified_holdout
@@ -271,7 +272,9 @@ def test_every_method_trains_a_round_on_a_sites_own_images(tmp_path, executor_cl
     predictor = 16 if executor_class is executors.FedSiamDAExecutor else None
     model = Network(num_classes=3, in_channels=1, image_size=16, out_dim=8, predictor_hidden_dim=predictor)
     executor = executor_class(
-        model=model, dataset="image_folder", site_data=site_data, data_root=str(root), batch_size=4, local_epochs=1
+        model=model,
+        data=DataSpec(dataset="image_folder", site_data=site_data, data_root=str(root)),
+        training=TrainingSpec(batch_size=4, local_epochs=1),
     )
     ctx = site_context(tmp_path / "ws")
     started(executor, ctx)

@@ -2,10 +2,16 @@
 the recipe to every site's executor."""
 
 import importlib
+import json
 
 import pytest
+from nvflare.fuel.utils.component_builder import ComponentBuilder
 
-from nvflare_moon.core.specs import DataSpec, TrainingSpec, spec_fields
+from nvflare_moon.benchmark.methods import flat_spec_args
+from nvflare_moon.core.moon import MoonSettings
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
+from nvflare_moon.executors import MoonExecutor
+from nvflare_moon.models import Network
 from nvflare_moon.recipes import MoonRecipe
 
 
@@ -28,15 +34,72 @@ def test_a_bad_field_is_refused_naming_it(spec, arguments, message):
 
 
 def test_the_recipe_passes_its_specs_whole_to_every_sites_executor():
-    recipe = MoonRecipe(min_clients=3, dataset="synthetic", beta=0.3, lr=0.02, local_epochs=2, amp=False, seed=4)
+    recipe = MoonRecipe(
+        min_clients=3, dataset="synthetic", beta=0.3, lr=0.02, local_epochs=2, amp=False, seed=4, mu=2.0
+    )
     assert recipe.data_spec == DataSpec(dataset="synthetic", num_sites=3, beta=0.3, seed=4)
     assert recipe.training_spec == TrainingSpec(lr=0.02, local_epochs=2)
     executor = recipe.make_executor(recipe._executor_args)
-    assert executor.data_spec == recipe.data_spec and executor.training_spec == recipe.training_spec
-    for spec in (executor.data_spec, executor.training_spec):
-        for name, value in spec_fields(spec).items():  # stored under its own name too: NVFlare's exporter reads it
-            assert getattr(executor, name) == value, name
-    assert set(spec_fields(recipe.data_spec)) | set(spec_fields(recipe.training_spec)) <= set(recipe._executor_args)
+    assert executor.data is recipe.data_spec and executor.training is recipe.training_spec and executor.dp is None
+    assert executor.settings == MoonSettings(mu=2.0)
+
+
+def test_an_exported_job_builds_back_the_same_specs_on_the_site(tmp_path):
+    """The specs travel as nested components of the job's config: NVFlare's component builder, as a site runs it,
+    gives back equal specs (the papers' settings written even where they are the defaults)."""
+    recipe = MoonRecipe(min_clients=3, dataset="synthetic", beta=0.3, lr=0.02, mu=2.0, temperature=0.3)
+    recipe.export(str(tmp_path))
+    with open(tmp_path / recipe._job.name / "app" / "config" / "config_fed_client.json") as f:
+        executor_config = json.load(f)["executors"][0]["executor"]
+    assert set(executor_config["args"]["training"]["args"]) >= {"local_epochs", "batch_size", "lr", "momentum"}
+    executor = PathComponentBuilder().build_component(executor_config)
+    assert executor.data == recipe.data_spec and executor.training == recipe.training_spec
+    assert executor.settings == MoonSettings(mu=2.0, temperature=0.3)
+
+
+class PathComponentBuilder(ComponentBuilder):
+    """NVFlare's component builder for configs that name every class by its path (as exported jobs do)."""
+
+    def get_module_scanner(self):
+        return None
+
+
+def test_the_old_flat_names_build_the_same_specs_with_a_warning():
+    # every warning recorded, one per spec: a warning left unmatched would be emitted again when the block ends
+    with pytest.warns(DeprecationWarning) as warned:
+        old = MoonExecutor(Network(num_classes=10), dataset="synthetic", beta=0.3, lr=0.02, mu=2.0)
+    assert sorted(str(warning.message) for warning in warned) == sorted(
+        f"MoonExecutor({flat}) is deprecated and will be removed in the next release: use {nested}"
+        for flat, nested in [
+            ("dataset=..., beta=...", "data=DataSpec(dataset=..., beta=...)"),
+            ("lr=...", "training=TrainingSpec(lr=...)"),
+            ("mu=...", "settings=MoonSettings(mu=...)"),
+        ]
+    )
+    assert {warning.filename for warning in warned} == {__file__}  # the user's line, past the executors' constructors
+    assert old.data == DataSpec(dataset="synthetic", beta=0.3)
+    assert old.training == TrainingSpec(lr=0.02) and old.settings == MoonSettings(mu=2.0)
+    with pytest.raises(TypeError, match=r"give training=TrainingSpec\(...\) alone, not with lr=..."):
+        MoonExecutor(Network(num_classes=10), training=TrainingSpec(), lr=0.02)
+    with pytest.raises(TypeError, match="unexpected keyword argument.*learning_rate"):
+        MoonExecutor(Network(num_classes=10), learning_rate=0.02)
+    with pytest.raises(ValueError, match="training must be a TrainingSpec, got dict"):
+        MoonExecutor(Network(num_classes=10), training={"lr": 0.02})
+
+
+def test_a_config_of_today_compares_equal_to_the_same_job_with_flat_executor_arguments():
+    """The records' job digests and the resume points were made when the executors took every field flat."""
+    flat = {"path": "x.MoonExecutor", "args": {"mu": 2.0, "beta": 0.3, "lr": 0.02, "dp_target_epsilon": 3.0}}
+    nested = {
+        "path": "x.MoonExecutor",
+        "args": {
+            "settings": {"path": "nvflare_moon.core.moon.MoonSettings", "args": {"mu": 2.0}},
+            "data": {"path": "nvflare_moon.core.specs.DataSpec", "args": {"beta": 0.3}},
+            "training": {"path": "nvflare_moon.core.specs.TrainingSpec", "args": {"lr": 0.02}},
+            "dp": {"path": "nvflare_moon.core.dp.DPSettings", "args": {"target_epsilon": 3.0}},
+        },
+    }
+    assert flat_spec_args({"executors": [{"executor": nested}]}) == {"executors": [{"executor": flat}]}
 
 
 @pytest.mark.parametrize(
@@ -53,5 +116,7 @@ def test_the_recipe_passes_its_specs_whole_to_every_sites_executor():
 def test_every_component_refuses_a_model_that_is_not_a_network_naming_the_argument(component):
     module, name = component.rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
-    with pytest.raises(ValueError, match=r"^model must be an nn.Module \(such as nvflare_moon.models.Network\), got dict"):
+    with pytest.raises(
+        ValueError, match=r"^model must be an nn.Module \(such as nvflare_moon.models.Network\), got dict"
+    ):
         cls(model={"w": 1})

@@ -20,6 +20,11 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivacy
 
+from ..core.dp import DPSettings
+from ..core.fedsiam_da import FedSiamDASettings
+from ..core.fedssc import FedSSCSettings
+from ..core.moon import MoonSettings
+from ..core.specs import DataSpec, TrainingSpec
 from ..ops.resume_point import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
 from ..methods import REGISTRY
 from ..sim.fixes import without_simulator_fixes
@@ -132,18 +137,56 @@ class SimulatorMethod:
 
 
 def _job_configs(job_dir: str) -> Dict[str, Any]:
-    """Every config file of a job folder, by its path in the folder; the simulator's fixes aside, which change a run's
-    time and nothing it computes (so records and resume points from before they were a job component still match)."""
+    """Every config file of a job folder, by its path in the folder, in one form whatever the executors' layout
+    (:func:`flat_spec_args`); the simulator's fixes aside, which change a run's time and nothing it computes (so
+    records and resume points from before they were a job component still match)."""
     configs = {}
     for folder, _, files in os.walk(job_dir):
         for name in files:
             if name.endswith(".json") and not name.startswith(".__nvfl"):
                 with open(os.path.join(folder, name)) as f:
-                    config = json.load(f)
+                    config = flat_spec_args(json.load(f))
                 if name == "config_fed_server.json":
                     config["components"] = without_simulator_fixes(config.get("components", []))
                 configs[os.path.relpath(os.path.join(folder, name), job_dir)] = config
     return configs
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# The spec components an executor takes whole, and the prefix that its fields had as the executor's own arguments.
+SPEC_PREFIXES = {
+    _class_path(DataSpec): "",
+    _class_path(TrainingSpec): "",
+    _class_path(DPSettings): "dp_",
+    _class_path(MoonSettings): "",
+    _class_path(FedSSCSettings): "",
+    _class_path(FedSiamDASettings): "",
+}
+
+
+def flat_spec_args(config: Any) -> Any:
+    """``config`` with every nested spec component (``{"path": <spec class>, "args": {...}}`` in a component's
+    ``args``) replaced by its fields, prefixed as they were when executors took them one by one. A job of today and
+    the same job exported before the executors took their specs whole then compare equal, so that the committed
+    records (their job digests) and resume points made before still match the jobs they were made with."""
+    if isinstance(config, list):
+        return [flat_spec_args(item) for item in config]
+    if not isinstance(config, dict):
+        return config
+    flat = {key: flat_spec_args(value) for key, value in config.items()}
+    if isinstance(flat.get("args"), dict):
+        args = {}
+        for name, value in flat["args"].items():
+            prefix = SPEC_PREFIXES.get(value.get("path")) if isinstance(value, dict) else None
+            if prefix is None:
+                args[name] = value
+            else:
+                args.update({prefix + field: field_value for field, field_value in value.get("args", {}).items()})
+        flat["args"] = args
+    return flat
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ CLIP_EPSILON = 1e-6  # added to a sample's norm before dividing C by it, as Opac
 
 @dataclasses.dataclass(frozen=True)
 class DPSettings:
-    """DP-SGD's settings, checked; each field is the executors' and recipes' argument ``dp_<field>``.
+    """DP-SGD's settings, checked: the executors' ``dp`` argument, whole; each field is the recipes' argument
+    ``dp_<field>``.
 
     Args:
         noise_multiplier: σ > 0, the noise's standard deviation relative to C; or None, with ``target_epsilon``.

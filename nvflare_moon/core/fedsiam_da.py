@@ -36,6 +36,9 @@ class FedSiamDASettings:
         history_branch: what the history term compares with z_h: ``"projection"`` z_l, or ``"predictor"`` p_l.
     """
 
+    # what an exported job shows even where it equals the default: the papers' settings
+    _always_serialize_args = ("mu", "history", "history_branch")
+
     mu: float = 0.01
     history: str = "epoch"
     history_branch: str = "projection"

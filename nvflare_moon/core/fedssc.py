@@ -39,6 +39,9 @@ class FedSSCSettings:
         prototype_noise_std: σ ≥ 0 of the Gaussian noise added to every entry of each uploaded mean (0: off).
     """
 
+    # what an exported job shows even where it equals the default: the papers' settings
+    _always_serialize_args = ("mu_glob", "min_class_count", "prototype_clip_norm", "prototype_noise_std")
+
     mu_glob: float = 1.0
     min_class_count: int = 10
     prototype_clip_norm: Optional[float] = None

@@ -52,6 +52,9 @@ class MoonSettings:
             Needs a :class:`~nvflare_moon.models.ProjectionModel`.
     """
 
+    # what an exported job shows even where it equals the default: the papers' settings
+    _always_serialize_args = ("mu", "temperature", "num_previous_models")
+
     mu: float = 5.0
     temperature: float = 0.5
     num_previous_models: int = 1

@@ -2,8 +2,8 @@
 
 Each method names, checks and sends its settings in one place: a frozen dataclass (:class:`~.moon.MoonSettings`,
 :class:`~.fedssc.FedSSCSettings`, :class:`~.fedsiam_da.FedSiamDASettings`) whose ``__post_init__`` checks every field
-with a message that names it. Executors build it, field by field, from their constructor arguments (the job's
-config) and keep the fields under their own names (:func:`keep_settings`); the Client API recipes send it in every
+with a message that names it. Executors take it whole, as their ``settings`` argument (a nested component in the job's config,
+which NVFlare's exporter writes and the site builds back); the Client API recipes send it in every
 training model's meta, under ``<prefix><field>`` (``moon_mu``, ``fedssc_mu_glob``, ...), and the helpers read it back
 with :func:`settings_from_meta`, so both sides hold the same object.
 """
@@ -45,9 +45,16 @@ def settings_from_meta(
         raise ValueError(f"the received meta holds an invalid setting (sent by {recipe}): {prefix}{e}") from e
 
 
+def check_settings(name: str, settings: Settings, cls: Type[Settings]) -> Settings:
+    """``settings``, unless it is not a ``cls``: then ValueError, naming the argument ``name``."""
+    if not isinstance(settings, cls):
+        raise ValueError(f"{name} must be a {cls.__name__}, got {type(settings).__name__}")
+    return settings
+
+
 def keep_settings(owner: Any, settings: Settings) -> Settings:
-    """Store every field of ``settings`` on ``owner`` under its own name, where NVFlare's job exporter reads an
-    executor's constructor arguments back; returns ``settings``."""
+    """Store every field of ``settings`` on ``owner`` under its own name (a recipe's options, as it was given them);
+    returns ``settings``."""
     for field in dataclasses.fields(settings):
         setattr(owner, field.name, getattr(settings, field.name))
     return settings

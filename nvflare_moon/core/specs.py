@@ -1,20 +1,23 @@
 """What every executor takes beside the method's settings, as two checked dataclasses: where a site's data comes from
 (:class:`DataSpec`) and how it trains (:class:`TrainingSpec`).
 
-The executor builds both from its constructor arguments, so each option is named, defaulted and checked in one place;
-a recipe passes the arguments on by name and reads the specs back from the executor it builds. The executor keeps taking the fields as plain constructor
-arguments, stored under their own names: NVFlare's job exporter writes them into the job's config from there, and the
-committed job folders (``jobs/``) and the benchmark's records (their job digests) name them so.
+A recipe builds both once and passes them whole to the executor, as its ``data`` and ``training`` arguments; NVFlare's
+job exporter writes each into the job's config as a nested component (``{"path": ..., "args": {...}}``), which the
+site builds back, checked, when the job starts. Each spec's ``_always_serialize_args`` names the papers' settings that
+an exported job shows even where they equal the defaults. The fields' old flat names (``lr=``, ``beta=``, ...) are
+still accepted for one release (:func:`take_flat_fields`).
 """
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
 from ..data import DATASETS, PARTITION_METHODS
 from ..data.site_files import SITE_DATASETS
+from .dp import DPSettings, require_opacus
 from .runtime import resolve_device
-from .validation import check_choice, check_flag, check_number
+from .validation import check_choice, check_flag, check_number, users_stacklevel
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class DataSpec:
         beta: Dirichlet concentration β > 0.
         seed: seed of the partition and of the batch order.
     """
+
+    # what an exported job shows even where it equals the default: the papers' settings
+    _always_serialize_args = ("dataset", "num_sites", "partition", "beta", "seed")
 
     dataset: Any = "cifar10"
     data_root: Optional[str] = None
@@ -84,6 +90,9 @@ class TrainingSpec:
             (:mod:`nvflare_moon.core.clinical_metrics`); the site logs its confusion matrix every round.
     """
 
+    # what an exported job shows even where it equals the default: the papers' settings
+    _always_serialize_args = ("local_epochs", "batch_size", "lr", "momentum", "weight_decay")
+
     local_epochs: int = 10
     batch_size: int = 64
     lr: float = 0.01
@@ -107,9 +116,59 @@ class TrainingSpec:
         check_flag("clinical_metrics", self.clinical_metrics)
 
 
-def spec_fields(spec: Any) -> Dict[str, Any]:
-    """``{field: value}`` of a spec dataclass, as the executor's constructor arguments of the same names."""
-    return {field.name: getattr(spec, field.name) for field in dataclasses.fields(spec)}
+Spec = TypeVar("Spec")
+
+
+def take_flat_fields(
+    cls: Type[Spec], spec: Optional[Spec], flat: Dict[str, Any], *, owner: str, argument: str, prefix: str = ""
+) -> Optional[Spec]:
+    """``spec``; or, for one release, a ``cls`` of the fields given flat under their old names (``prefix + field``),
+    taken out of ``flat`` with a DeprecationWarning that shows the new form. None when neither is given.
+
+    Raises:
+        TypeError: both ``spec`` and flat fields are given.
+    """
+    names = {prefix + field.name: field.name for field in dataclasses.fields(cls)}
+    given = {names[name]: flat.pop(name) for name in list(flat) if name in names}
+    if not given:
+        return spec
+    old = ", ".join(f"{prefix}{name}=..." for name in given)
+    if spec is not None:
+        raise TypeError(f"{owner}: give {argument}={cls.__name__}(...) alone, not with {old}")
+    new = ", ".join(f"{name}=..." for name in given)
+    warnings.warn(
+        f"{owner}({old}) is deprecated and will be removed in the next release: use {argument}={cls.__name__}({new})",
+        DeprecationWarning,
+        stacklevel=users_stacklevel(),
+    )
+    return cls(**given)
+
+
+def executor_specs(
+    owner: str,
+    data: Optional[DataSpec],
+    training: Optional[TrainingSpec],
+    dp: Optional[DPSettings],
+    flat_fields: Dict[str, Any],
+) -> Tuple[DataSpec, TrainingSpec, Optional[DPSettings]]:
+    """An executor's ``data``, ``training`` and ``dp``: each as given, or built from its fields' old flat names in
+    ``flat_fields`` (:func:`take_flat_fields`); ``DataSpec()`` and ``TrainingSpec()`` where neither is given.
+
+    Raises:
+        TypeError: ``flat_fields`` holds a name no spec has.
+        ValueError: an argument is not of its spec's type (the message names it).
+    """
+    data = take_flat_fields(DataSpec, data, flat_fields, owner=owner, argument="data") or DataSpec()
+    training = take_flat_fields(TrainingSpec, training, flat_fields, owner=owner, argument="training") or TrainingSpec()
+    dp = take_flat_fields(DPSettings, dp, flat_fields, owner=owner, argument="dp", prefix="dp_")
+    if flat_fields:
+        raise TypeError(f"{owner} got unexpected keyword argument(s) {', '.join(sorted(flat_fields))}")
+    for name, value, cls in (("data", data, DataSpec), ("training", training, TrainingSpec), ("dp", dp, DPSettings)):
+        if value is not None and not isinstance(value, cls):
+            raise ValueError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+    if dp is not None:
+        require_opacus()
+    return data, training, dp
 
 
 def _is_torch_dataset(value: Any) -> bool:

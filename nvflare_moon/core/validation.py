@@ -2,6 +2,8 @@
 
 import importlib
 import math
+import os
+import sys
 import warnings
 from typing import Any, Dict, Iterable, Optional
 
@@ -68,6 +70,16 @@ def take_renamed(kwargs: Dict[str, Any], old: str, new: str, value: Any, default
     warnings.warn(
         f"{owner}({old}=...) is deprecated and will be removed in the next release: use {new}=...",
         DeprecationWarning,
-        stacklevel=3,
+        stacklevel=users_stacklevel(),
     )
     return old_value
+
+
+def users_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the user's line: the first caller outside ``nvflare_moon``,
+    however many of its constructors (a method's, then its base's) stand between."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(2), 2  # level 1: the function that warns
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -3,8 +3,8 @@
 :class:`FedAvgExecutor` receives the global model, trains it locally with the papers' optimiser on the site's data and
 returns the weights with the number of training samples. A method is the round object it holds
 (:mod:`nvflare_moon.core.rounds`: the objective, the hooks during training, the state kept between rounds and what
-is sent beside the weights): a method's executor adds its constructor arguments and overrides :meth:`make_round`
-alone. The training loop lives in :mod:`nvflare_moon.core.training`; the executor's other parts are helpers beside
+is sent beside the weights): a method's executor takes its settings whole (``settings=``) and overrides
+:meth:`make_round` alone. The training loop lives in :mod:`nvflare_moon.core.training`; the executor's other parts are helpers beside
 it: the site's data and local evaluation (:mod:`.local_data`), its state stores (:mod:`.site_states`), the weights'
 way to and from the server (:mod:`.weight_exchange`) and the cross-site answers (:mod:`.cross_site`).
 
@@ -19,7 +19,7 @@ Every executor also evaluates on the site's own test data and answers NVFlare's 
 """
 
 import time
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from ..core.dp_training import DPSGD, LEDGER_STATE, SitePrivacy, without_trainin
 from ..core.job_state import ContinuedStateStore
 from ..core.rounds import FedAvgRound
 from ..core.runtime import resolve_device, resolve_num_threads
-from ..core.specs import DataSpec, TrainingSpec, spec_fields, store_arguments
+from ..core.specs import DataSpec, TrainingSpec, executor_specs
 from ..core.state import SiteStateStore
 from ..core.training import TrainResult, sgd, train_local
 from ..core.validation import JOB_REFUSED_HEADER, check_module
@@ -58,20 +58,6 @@ from .weight_exchange import WeightExchange
 
 LOCAL_MODEL_STATE = "local_model"  # the state record that keeps the site's last trained model for ``submit_model``
 
-# Exported job configs show the papers' hyperparameters even where they equal the defaults.
-PAPER_HYPERPARAMETERS = (
-    "dataset",
-    "num_sites",
-    "partition",
-    "beta",
-    "seed",
-    "local_epochs",
-    "batch_size",
-    "lr",
-    "momentum",
-    "weight_decay",
-)
-
 
 class FedAvgExecutor(Executor):
     """Local training for FedAvg: CE on the site's shard, SGD with a new optimizer every round.
@@ -79,15 +65,17 @@ class FedAvgExecutor(Executor):
     Args:
         model: the network, an ``nn.Module`` returning ``(h, z, logits)``: :class:`~nvflare_moon.models.Network`, or
             any backbone wrapped in :class:`~nvflare_moon.models.ProjectionModel`.
-        dataset, data_root, download, site_data, num_sites, partition, beta, seed: where the site's data comes from,
-            the fields of :class:`~nvflare_moon.core.specs.DataSpec` (``dataset`` may also be a map-style torch
-            ``Dataset`` of ``(image tensor, label)``, this site's own data, used whole).
+        data: where the site's data comes from, a :class:`~nvflare_moon.core.specs.DataSpec` (its ``dataset`` may
+            also be a map-style torch ``Dataset`` of ``(image tensor, label)``, this site's own data, used whole).
+            None: ``DataSpec()``, the paper's CIFAR-10 split.
+        training: how the site trains and evaluates, a :class:`~nvflare_moon.core.specs.TrainingSpec`. None: the
+            paper's settings, ``TrainingSpec()``.
+        dp: DP-SGD in local training, a :class:`~nvflare_moon.core.dp.DPSettings` (``docs/differential_privacy.md``);
+            the site reports the ε it has spent (``dp_epsilon``) every round. None (default): off.
         val_dataset: this site's own test data, a map-style ``Dataset`` of ``(image tensor, label)``. Default: with a
             dataset name, the site's class-proportional share of the test split
             (:func:`~nvflare_moon.data.site_test_arrays`); with its own images, its test split or ``val_fraction``
             of its training images; with a ``Dataset``, none (no local metrics, a warning).
-        local_epochs, batch_size, lr, momentum, weight_decay, device, num_threads, amp, clinical_metrics: how the site
-            trains and evaluates, the fields of :class:`~nvflare_moon.core.specs.TrainingSpec`.
         train_task_name, validate_task_name, submit_model_task_name: the tasks this executor answers (NVFlare's
             names by default, which its ``CrossSiteModelEval`` sends).
         resume_from_job_id, resume_state_dir: the failed job this job continues
@@ -95,33 +83,19 @@ class FedAvgExecutor(Executor):
             (:class:`~nvflare_moon.executors.site_states.SiteStates`).
         send_weight_diff, encrypted_aggregation: send w_local − w_global instead of the weights; the job runs
             NVFlare's HE filters (:class:`~nvflare_moon.executors.weight_exchange.WeightExchange`).
-        dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm: DP-SGD in local training, the fields of
-            :class:`~nvflare_moon.core.dp.DPSettings` (``docs/differential_privacy.md``); the site reports the ε it
-            has spent (``dp_epsilon``) every round. Both None (default): off.
+        **flat_fields: the specs' fields by their old flat names (``lr=``, ``beta=``, ``dp_target_epsilon=``, ...),
+            accepted until the next release with a DeprecationWarning.
     """
 
-    _always_serialize_args = PAPER_HYPERPARAMETERS
     dp_refusal: Optional[str] = None  # why the method cannot train with DP-SGD; None: it can
 
     def __init__(
         self,
         model: nn.Module,
-        dataset: Union[str, Dataset] = "cifar10",
+        data: Optional[DataSpec] = None,
+        training: Optional[TrainingSpec] = None,
+        dp: Optional[DPSettings] = None,
         val_dataset: Optional[Dataset] = None,
-        data_root: Optional[str] = None,
-        download: bool = True,
-        site_data: Optional[Dict[str, Any]] = None,
-        num_sites: int = 10,
-        partition: str = "dirichlet",
-        beta: float = 0.5,
-        seed: int = 0,
-        local_epochs: int = 10,
-        batch_size: int = 64,
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-5,
-        device: str = "auto",
-        num_threads: Optional[int] = None,
         train_task_name: str = AppConstants.TASK_TRAIN,
         validate_task_name: str = AppConstants.TASK_VALIDATION,
         submit_model_task_name: str = AppConstants.TASK_SUBMIT_MODEL,
@@ -129,65 +103,27 @@ class FedAvgExecutor(Executor):
         resume_state_dir: Optional[str] = None,
         send_weight_diff: bool = False,
         encrypted_aggregation: bool = False,
-        clinical_metrics: bool = False,
-        amp: bool = False,
-        dp_noise_multiplier: Optional[float] = None,
-        dp_target_epsilon: Optional[float] = None,
-        dp_delta: float = DPSettings.delta,
-        dp_max_grad_norm: float = DPSettings.max_grad_norm,
+        **flat_fields: Any,
     ):
         super().__init__()
         check_module("model", model)
         if val_dataset is not None and not isinstance(val_dataset, Dataset):
             raise ValueError(f"val_dataset must be a torch Dataset or None, got {type(val_dataset).__name__}")
-        self.data_spec = DataSpec(
-            dataset=dataset,
-            data_root=data_root,
-            download=download,
-            site_data=site_data,
-            num_sites=num_sites,
-            partition=partition,
-            beta=beta,
-            seed=seed,
-        )
-        self._site_data_settings = site_data_settings(dataset, site_data, seed)
-        self.training_spec = TrainingSpec(
-            local_epochs=local_epochs,
-            batch_size=batch_size,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            device=device,
-            num_threads=num_threads,
-            amp=amp,
-            clinical_metrics=clinical_metrics,
-        )
+        self.model, self.val_dataset = model, val_dataset
+        self.data, self.training, self.dp = executor_specs(type(self).__name__, data, training, dp, flat_fields)
+        self.train_task_name = train_task_name
+        self.validate_task_name = validate_task_name
+        self.submit_model_task_name = submit_model_task_name
+        self.resume_from_job_id, self.resume_state_dir = resume_from_job_id, resume_state_dir
+        self.send_weight_diff, self.encrypted_aggregation = send_weight_diff, encrypted_aggregation
+        self._site_data_settings = site_data_settings(self.data.dataset, self.data.site_data, self.data.seed)
         self._states = SiteStates(resume_from_job_id, resume_state_dir)
         self._exchange = WeightExchange(send_weight_diff, encrypted_aggregation)
-        self.dp_settings = DPSettings.from_arguments(dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm)
-        store_arguments(
-            self,
-            model=model,
-            val_dataset=val_dataset,
-            **spec_fields(self.data_spec),
-            **spec_fields(self.training_spec),
-            train_task_name=train_task_name,
-            validate_task_name=validate_task_name,
-            submit_model_task_name=submit_model_task_name,
-            resume_from_job_id=resume_from_job_id,
-            resume_state_dir=resume_state_dir,
-            send_weight_diff=send_weight_diff,
-            encrypted_aggregation=encrypted_aggregation,
-            dp_noise_multiplier=dp_noise_multiplier,
-            dp_target_epsilon=dp_target_epsilon,
-            dp_delta=dp_delta,
-            dp_max_grad_norm=dp_max_grad_norm,
-        )
-        if self.dp_settings is not None:
-            check_dp_training(self.model, self.amp, type(self).__name__, self.dp_refusal)
+        if self.dp is not None:
+            check_dp_training(model, self.training.amp, type(self).__name__, self.dp_refusal)
         self._net: Optional[nn.Module] = None
         self._setup_error: Optional[str] = None
-        self._data = None  # the site's data source (nvflare_moon.data.sources), opened at the job's start
+        self._source = None  # the site's data source (nvflare_moon.data.sources), opened at the job's start
         self._num_samples = 0
         self._torch_device = torch.device("cpu")
         self._local_evaluation: Optional[LocalEvaluation] = None
@@ -211,25 +147,25 @@ class FedAvgExecutor(Executor):
         if self.encrypted_aggregation:
             weight_exchange.check_he_context(fl_ctx)
         site = fl_ctx.get_identity_name()
-        torch.set_num_threads(resolve_num_threads(self.num_threads))
-        self._torch_device = resolve_device(self.device)
-        own_images = self.data_spec.own_images  # only they resolve a path in the site's workspace
+        torch.set_num_threads(resolve_num_threads(self.training.num_threads))
+        self._torch_device = resolve_device(self.training.device)
+        own_images = self.data.own_images  # only they resolve a path in the site's workspace
         workspace_root = fl_ctx.get_engine().get_workspace().get_root_dir() if own_images else None
-        self._data = open_site_source(
-            self.data_spec, self._site_data_settings, self.val_dataset, site, workspace_root, self._torch_device
+        self._source = open_site_source(
+            self.data, self._site_data_settings, self.val_dataset, site, workspace_root, self._torch_device
         )
-        if self._data.num_classes is not None:
-            check_num_classes(self.model, self._data.num_classes, self.dataset)
-        self._num_samples = self._data.num_samples
-        check_one_batch(site, self._num_samples, self.batch_size, self.data_spec)
+        if self._source.num_classes is not None:
+            check_num_classes(self.model, self._source.num_classes, self.data.dataset)
+        self._num_samples = self._source.num_samples
+        check_one_batch(site, self._num_samples, self.training.batch_size, self.data)
         self._local_evaluation = LocalEvaluation(
-            self._data, self.val_dataset, self._torch_device, self.clinical_metrics
+            self._source, self.val_dataset, self._torch_device, self.training.clinical_metrics
         )
         self._net = self.model.to(self._torch_device)
         self.log_info(
             fl_ctx,
-            f"{site}: {self._num_samples} training samples ({self._data.description}), "
-            f"{self._num_samples // self.batch_size} batches/epoch, device {self._torch_device}, "
+            f"{site}: {self._num_samples} training samples ({self._source.description}), "
+            f"{self._num_samples // self.training.batch_size} batches/epoch, device {self._torch_device}, "
             f"{torch.get_num_threads()} threads",
         )
 
@@ -283,7 +219,8 @@ class FedAvgExecutor(Executor):
         terms = result.mean_terms
         if not all(np.isfinite(v) for v in terms.values()):
             self.log_error(
-                fl_ctx, f"{site}: training diverged in round {round_number} (loss terms {terms}); lower lr={self.lr}"
+                fl_ctx,
+                f"{site}: training diverged in round {round_number} (loss terms {terms}); lower lr={self.training.lr}",
             )
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         self.after_training(round_number, fl_ctx)
@@ -298,7 +235,7 @@ class FedAvgExecutor(Executor):
         self.log_info(
             fl_ctx,
             f"{site}: round {round_number} trained {result.steps} steps in {seconds:.1f} s "
-            f"({result.steps * self.batch_size / seconds:.0f} img/s); " + format_metrics(metrics),
+            f"({result.steps * self.training.batch_size / seconds:.0f} img/s); " + format_metrics(metrics),
         )
         if privacy is not None:
             metrics = without_training_figures(metrics)
@@ -313,15 +250,15 @@ class FedAvgExecutor(Executor):
         try:
             return train_local(
                 self._net,
-                round_batches(self._data, self.batch_size, self.seed, site, round_number),
+                round_batches(self._source, self.training.batch_size, self.data.seed, site, round_number),
                 objective,
-                sgd(self._net, self.lr, self.momentum, self.weight_decay),
-                self.local_epochs,
+                sgd(self._net, self.training.lr, self.training.momentum, self.training.weight_decay),
+                self.training.local_epochs,
                 self._torch_device,
                 should_stop=lambda: abort_signal.triggered,
                 after_step=self.after_step,
                 before_epoch=self.before_epoch,
-                amp=self.amp,
+                amp=self.training.amp,
                 step=dp_step,
             )
         finally:
@@ -330,12 +267,12 @@ class FedAvgExecutor(Executor):
 
     def site_privacy(self, fl_ctx: FLContext) -> Optional[SitePrivacy]:
         """This site's DP-SGD for the round, its ledger read from the job's state; None when DP-SGD is off."""
-        if self.dp_settings is None:
+        if self.dp is None:
             return None
-        steps_per_round = self.local_epochs * (self._num_samples // self.batch_size)
+        steps_per_round = self.training.local_epochs * (self._num_samples // self.training.batch_size)
         store = self.job_state(LEDGER_STATE, fl_ctx)
         site = fl_ctx.get_identity_name()
-        return SitePrivacy(self.dp_settings, store, site, self._num_samples, self.batch_size, steps_per_round)
+        return SitePrivacy(self.dp, store, site, self._num_samples, self.training.batch_size, steps_per_round)
 
     def received_params(self, received: FLModel) -> Dict[str, Any]:
         """The received weights, in the local network's shapes."""

@@ -5,11 +5,14 @@ The round is :class:`~nvflare_moon.core.fedsiam_da.FedSiamDARound`, the object
 job-scoped state file so that a restarted client process (``-t < -n``) still has it.
 """
 
+from typing import Optional
+
 from nvflare.apis.fl_context import FLContext
 
 from ..core.fedsiam_da import FedSiamDARound, FedSiamDASettings
 from ..core.previous_uploads import StoredUploads
-from ..core.settings import keep_settings
+from ..core.settings import check_settings
+from ..core.specs import take_flat_fields
 from ..core.training import sgd
 from .fedavg import FedAvgExecutor
 
@@ -20,49 +23,43 @@ class FedSiamDAExecutor(FedAvgExecutor):
     (``Network(predictor_hidden_dim=64)``).
 
     Args:
-        mu, history, history_branch: the fields of :class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings` (μ = 0.01,
-            the best of a sweep on CIFAR-10; the epoch history; the history term on the projection).
+        settings: a :class:`~nvflare_moon.core.fedsiam_da.FedSiamDASettings`; None: its defaults (μ = 0.01, the best
+            of a sweep on CIFAR-10; the epoch history; the history term on the projection). Its fields by their old
+            flat names (``mu=``, ...) are accepted until the next release, with a DeprecationWarning.
     """
 
     STATE_NAME = "fedsiam_da_state"
-    _always_serialize_args = FedAvgExecutor._always_serialize_args + ("mu", "history", "history_branch")
     dp_refusal = (
         "its working copy of the global model trains on the site's records with a plain optimizer of its own, and "
         "every local gradient reads it, so no sample's influence would be bounded (and its predictor has BatchNorm)"
     )
 
-    def __init__(
-        self,
-        *args,
-        mu: float = FedSiamDASettings.mu,
-        history: str = FedSiamDASettings.history,
-        history_branch: str = FedSiamDASettings.history_branch,
-        **kwargs,
-    ):
+    def __init__(self, *args, settings: Optional[FedSiamDASettings] = None, **kwargs):
+        settings = take_flat_fields(FedSiamDASettings, settings, kwargs, owner=type(self).__name__, argument="settings")
         super().__init__(*args, **kwargs)
-        self.fedsiam_da_settings = keep_settings(
-            self, FedSiamDASettings(mu=mu, history=history, history_branch=history_branch)
-        )
+        self.settings = check_settings("settings", settings or FedSiamDASettings(), FedSiamDASettings)
         if getattr(self.model, "predictor", None) is None:
             raise ValueError(
                 "model has no SimSiam predictor: build it with predictor_hidden_dim=64, "
                 "e.g. nvflare_moon.models.Network(predictor_hidden_dim=64) (FedSiamDARecipe does)"
             )
-        if self.amp:
+        if self.training.amp:
             raise ValueError(
                 "amp=True cannot be used with FedSiam-DA: its working copy of the global model steps with an optimizer "
                 "of its own, which mixed precision's gradient scaler does not cover; set amp=False"
             )
-        if self.batch_size < 2:
+        if self.training.batch_size < 2:
             raise ValueError(
-                f"batch_size must be >= 2 for FedSiam-DA (the predictor's BatchNorm), got {self.batch_size}"
+                f"batch_size must be >= 2 for FedSiam-DA (the predictor's BatchNorm), got {self.training.batch_size}"
             )
 
     def make_round(self, fl_ctx: FLContext) -> FedSiamDARound:
         return FedSiamDARound(
-            self.fedsiam_da_settings,
+            self.settings,
             self._net,
             StoredUploads(self.job_state(self.STATE_NAME, fl_ctx)),
             fl_ctx.get_identity_name(),
-            make_optimizer=lambda model: sgd(model, self.lr, self.momentum, self.weight_decay),
+            make_optimizer=lambda model: sgd(
+                model, self.training.lr, self.training.momentum, self.training.weight_decay
+            ),
         )

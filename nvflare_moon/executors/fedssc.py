@@ -11,7 +11,8 @@ from typing import Optional
 from nvflare.apis.fl_context import FLContext
 
 from ..core.fedssc import FedSSCRound, FedSSCSettings
-from ..core.settings import keep_settings
+from ..core.settings import check_settings
+from ..core.specs import take_flat_fields
 from ..models import ProjectionModel
 from .moon import MoonExecutor
 
@@ -20,53 +21,38 @@ class FedSSCExecutor(MoonExecutor):
     """FedSSC; all :class:`MoonExecutor` and :class:`FedAvgExecutor` arguments apply but DP-SGD's (``dp_*``).
 
     Args:
-        mu: μ_moon, the weight of MOON's term (paper: 5 for CIFAR-10, MOON's best μ for the dataset). The cold start
-            (``mu_off_rounds``, ``mu_ramp_rounds``) schedules μ_moon only; μ_glob is constant, and the prototype term is
-            absent in round 0 anyway. ``feature_noise_std`` also reaches the uploaded class means, which are computed
-            from the noisy training forward passes.
-        temperature: τ of both MOON's term and the prototype term (paper: 0.5).
-        mu_glob, min_class_count, prototype_clip_norm, prototype_noise_std: the fields of
-            :class:`~nvflare_moon.core.fedssc.FedSSCSettings` (μ_glob = 1, the paper's; classes seen fewer than 10
-            times withheld; no clipping, no noise). The server never shares a class below its own threshold (default
-            also 10), so ``min_class_count`` only keeps means of a few images on the site.
+        settings: MOON's term, a :class:`~nvflare_moon.core.moon.MoonSettings`: its ``mu`` is μ_moon (paper: 5 for
+            CIFAR-10, MOON's best μ for the dataset), its ``temperature`` the τ of both terms (paper: 0.5). The cold
+            start (``mu_off_rounds``, ``mu_ramp_rounds``) schedules μ_moon only; μ_glob is constant, and the prototype
+            term is absent in round 0 anyway. ``feature_noise_std`` also reaches the uploaded class means, which are
+            computed from the noisy training forward passes.
+        fedssc_settings: the prototype term, a :class:`~nvflare_moon.core.fedssc.FedSSCSettings`; None: its
+            defaults (μ_glob = 1, the paper's; classes seen fewer than 10 times withheld; no clipping, no noise). The
+            server never shares a class below its own threshold (default also 10), so ``min_class_count`` only keeps
+            means of a few images on the site.
+
+    The settings' fields by their old flat names (``mu=``, ``mu_glob=``, ...) are accepted until the next release,
+    with a DeprecationWarning.
     """
 
     STATE_NAME = "fedssc_state"
-    _always_serialize_args = MoonExecutor._always_serialize_args + (
-        "mu_glob",
-        "min_class_count",
-        "prototype_clip_norm",
-        "prototype_noise_std",
-    )
     dp_refusal = (
         "the class means it uploads beside the weights are computed from the site's records outside DP-SGD, which "
         "would not cover them (prototype_clip_norm and prototype_noise_std are not accounted in ε)"
     )
 
-    def __init__(
-        self,
-        *args,
-        mu_glob: float = FedSSCSettings.mu_glob,
-        min_class_count: int = FedSSCSettings.min_class_count,
-        prototype_clip_norm: Optional[float] = FedSSCSettings.prototype_clip_norm,
-        prototype_noise_std: float = FedSSCSettings.prototype_noise_std,
-        **kwargs,
-    ):
+    def __init__(self, *args, fedssc_settings: Optional[FedSSCSettings] = None, **kwargs):
+        owner = type(self).__name__
+        fedssc_settings = take_flat_fields(
+            FedSSCSettings, fedssc_settings, kwargs, owner=owner, argument="fedssc_settings"
+        )
         super().__init__(*args, **kwargs)
         if not isinstance(self.model, ProjectionModel):
             raise ValueError(
                 "model must be a ProjectionModel such as nvflare_moon.models.Network: "
                 "FedSSC's prototypes have the shape of its classifier l3 (classes × projection size)"
             )
-        self.fedssc_settings = keep_settings(
-            self,
-            FedSSCSettings(
-                mu_glob=mu_glob,
-                min_class_count=min_class_count,
-                prototype_clip_norm=prototype_clip_norm,
-                prototype_noise_std=prototype_noise_std,
-            ),
-        )
+        self.fedssc_settings = check_settings("fedssc_settings", fedssc_settings or FedSSCSettings(), FedSSCSettings)
 
     def make_round(self, fl_ctx: FLContext) -> FedSSCRound:
         classifier = self.model.l3  # K × D
@@ -75,5 +61,5 @@ class FedSSCExecutor(MoonExecutor):
             self.fedssc_settings,
             classifier.out_features,
             classifier.in_features,
-            last_epoch=self.local_epochs - 1,
+            last_epoch=self.training.local_epochs - 1,
         )

@@ -24,4 +24,4 @@ class ScaffoldExecutor(FedAvgExecutor):
     STATE_NAME = "scaffold_state"
 
     def make_round(self, fl_ctx: FLContext) -> PersistentScaffoldRound:
-        return PersistentScaffoldRound(self.job_state(self.STATE_NAME, fl_ctx), self._net, self.lr)
+        return PersistentScaffoldRound(self.job_state(self.STATE_NAME, fl_ctx), self._net, self.training.lr)

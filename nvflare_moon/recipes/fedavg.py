@@ -1,5 +1,6 @@
 """FedAvg on the MOON network, the recipe every method's executor recipe builds on (see the package's docstring)."""
 
+import dataclasses
 import os
 from typing import Any, Dict, List, Optional
 
@@ -17,7 +18,7 @@ from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..core.dp import DPSettings
 from ..core.sampling import sites_per_round
-from ..core.specs import store_arguments
+from ..core.specs import DataSpec, TrainingSpec, store_arguments
 from ..core.validation import check_choice, check_number
 from ..data import DATASETS, NUM_CLASSES
 from ..data.site_data import site_data_settings
@@ -187,9 +188,8 @@ class FedAvgBaselineRecipe(Recipe):
         self.allow_partial_updates = withholds_entries(self.privacy_filters)  # for make_aggregator
         self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
         self._network_args = self._network_args_for(dataset, site_data, seed)
-        # what every site's executor takes: its specs check them, here where the job is built
-        self._executor_args = dict(
-            model=self.network(),
+        # what every site's executor takes, built and checked once, here where the job is built
+        self.data_spec = DataSpec(
             dataset=dataset,
             data_root=data_root,
             download=download,
@@ -198,6 +198,8 @@ class FedAvgBaselineRecipe(Recipe):
             partition=partition,
             beta=beta,
             seed=seed,
+        )
+        self.training_spec = TrainingSpec(
             local_epochs=local_epochs,
             batch_size=batch_size,
             lr=lr,
@@ -207,15 +209,16 @@ class FedAvgBaselineRecipe(Recipe):
             num_threads=num_threads,
             amp=amp,
             clinical_metrics=clinical_metrics,
-            dp_noise_multiplier=dp_noise_multiplier,
-            dp_target_epsilon=dp_target_epsilon,
-            dp_delta=dp_delta,
-            dp_max_grad_norm=dp_max_grad_norm,
+        )
+        self._executor_args = dict(
+            model=self.network(),
+            data=self.data_spec,
+            training=self.training_spec,
+            dp=DPSettings.from_arguments(dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm),
             send_weight_diff=sends_weight_diff(self.privacy_filters),
             encrypted_aggregation=encryption is not None,
         )
-        executor = self.make_executor(self._executor_args)  # every argument checked before anything is built
-        self.data_spec, self.training_spec = executor.data_spec, executor.training_spec
+        executor = self.make_executor(self._executor_args)  # the method's own arguments checked before the job
         self._tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
         self.per_site_config: Optional[Dict[str, Dict[str, Any]]] = None
         super().__init__(self._server_job(name, download, device))
@@ -308,7 +311,14 @@ class FedAvgBaselineRecipe(Recipe):
         add_client_apps(self._job, self.per_site_config, self._site_components, [byoc_marker()] if self.byoc else [])
 
     def _site_executor(self, overrides: Dict[str, Any]) -> Executor:
-        return self.make_executor({**self._executor_args, **overrides})
+        """The executor of a site named by ``set_per_site_config``, with its :data:`PER_SITE_KEYS` in the specs."""
+        return self.make_executor(
+            dict(
+                self._executor_args,
+                data=dataclasses.replace(self.data_spec, **_fields_of(DataSpec, overrides)),
+                training=dataclasses.replace(self.training_spec, **_fields_of(TrainingSpec, overrides)),
+            )
+        )
 
     def _site_components(self, overrides: Dict[str, Any]) -> list:
         return [
@@ -344,6 +354,12 @@ class FedAvgBaselineRecipe(Recipe):
     def extra_network_args(self) -> Dict[str, Any]:
         """Extra :class:`Network` arguments (FedSiam-DA's predictor), for the clients' and the server's model."""
         return {}
+
+
+def _fields_of(spec: type, values: Dict[str, Any]) -> Dict[str, Any]:
+    """The entries of ``values`` that are fields of the dataclass ``spec``."""
+    names = {field.name for field in dataclasses.fields(spec)}
+    return {name: value for name, value in values.items() if name in names}
 
 
 def check_job_options(recipe: FedAvgBaselineRecipe) -> List[Filter]:

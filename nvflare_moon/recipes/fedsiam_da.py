@@ -57,7 +57,8 @@ class FedSiamDARecipe(FedAvgBaselineRecipe):
         super().__init__(name=name, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
-        return FedSiamDAExecutor(**common_args, mu=self.mu, history=self.history, history_branch=self.history_branch)
+        settings = FedSiamDASettings(mu=self.mu, history=self.history, history_branch=self.history_branch)
+        return FedSiamDAExecutor(**common_args, settings=settings)
 
     def make_aggregator(self) -> ModelAggregator:
         return DualAggregator(

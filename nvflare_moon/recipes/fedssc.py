@@ -52,6 +52,11 @@ class FedSSCRecipe(MoonRecipe):
         **kwargs,
     ):
         mu = take_renamed(kwargs, "mu_moon", "mu", mu, None, owner="FedSSCRecipe")
+        if "representation_loss" in kwargs:
+            raise ValueError(
+                "FedSSCRecipe has no representation_loss: its MOON term is the contrastive loss (the l2 ablation is "
+                "MoonRecipe's); remove the argument"
+            )
         self.mu_glob = mu_glob
         self.min_class_count = min_class_count
         self.prototype_clip_norm = prototype_clip_norm
@@ -60,14 +65,13 @@ class FedSSCRecipe(MoonRecipe):
         super().__init__(name=name, mu=mu, temperature=temperature, num_previous_models=num_previous_models, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
-        return FedSSCExecutor(
-            **common_args,
-            **self.moon_args(),
+        fedssc_settings = FedSSCSettings(
             mu_glob=self.mu_glob,
             min_class_count=self.min_class_count,
             prototype_clip_norm=self.prototype_clip_norm,
             prototype_noise_std=self.prototype_noise_std,
         )
+        return FedSSCExecutor(**common_args, settings=self.moon_settings(), fedssc_settings=fedssc_settings)
 
     def make_aggregator(self) -> ModelAggregator:
         return PrototypeSharingAggregator(

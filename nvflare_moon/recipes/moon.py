@@ -60,14 +60,15 @@ class MoonRecipe(FedAvgBaselineRecipe):
         super().__init__(name=name, **kwargs)
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
-        return MoonExecutor(**common_args, **self.moon_args(), representation_loss=self.representation_loss)
+        return MoonExecutor(**common_args, settings=self.moon_settings())
 
-    def moon_args(self) -> Dict[str, Any]:
-        """The executor arguments of MOON's term, shared with FedSSC."""
-        return dict(
+    def moon_settings(self) -> MoonSettings:
+        """MOON's settings of this job (for FedSSC, its MOON term)."""
+        return MoonSettings(
             mu=self.mu,
             temperature=self.temperature,
             num_previous_models=self.num_previous_models,
+            representation_loss=self.representation_loss,
             mu_off_rounds=self.mu_off_rounds,
             mu_ramp_rounds=self.mu_ramp_rounds,
             feature_noise_std=self.feature_noise_std,

@@ -13,6 +13,8 @@ from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.job_config.model import PTModel
 from nvflare.job_config.api import FedJob
 
+from nvflare_moon.core.moon import MoonSettings
+from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.server import GlobalModelEvaluator, WeightedFedAvgAggregator
 
@@ -32,8 +34,12 @@ def build_job(
     # Each site trains on all of its own images. data_root=None: the site's own setting decides where they are
     # ($NVFLARE_MOON_SITE_DATA or local/nvflare_moon_data.json); a path here may hold {SITE_NAME}.
     site_data = {"class_names": class_names, "image_size": 32, "channels": 3}
-    options = dict(mu=5.0, local_epochs=2, batch_size=16)
-    executor = MoonExecutor(model=model, dataset="image_folder", site_data=site_data, data_root=data_root, **options)
+    executor = MoonExecutor(
+        model=model,
+        data=DataSpec(dataset="image_folder", site_data=site_data, data_root=data_root),
+        training=TrainingSpec(local_epochs=2, batch_size=16),
+        settings=MoonSettings(mu=5.0),
+    )
     job.to_clients(executor, tasks=["train", "validate", "submit_model"])
     return job
 

@@ -2,6 +2,7 @@
 the recipe to every site's executor."""
 
 import importlib
+import inspect
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from nvflare_moon.core.moon import MoonSettings
 from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.models import Network
-from nvflare_moon.recipes import MoonRecipe
+from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
 
 
 @pytest.mark.parametrize(
@@ -120,3 +121,20 @@ def test_every_component_refuses_a_model_that_is_not_a_network_naming_the_argume
         ValueError, match=r"^model must be an nn.Module \(such as nvflare_moon.models.Network\), got dict"
     ):
         cls(model={"w": 1})
+
+
+def test_a_recipes_signature_shows_every_option_its_bases_included():
+    """Recipes are keyword-only dataclasses: ``help(FedSSCRecipe)`` lists MOON's and FedAvg's options too, with their
+    defaults, and each option is stored under its own name before the job is built."""
+    parameters = inspect.signature(FedSSCRecipe).parameters
+    assert {"lr", "beta", "dp_target_epsilon", "stop_cond", "mu", "temperature", "mu_glob"} <= set(parameters)
+    assert all(parameter.kind is inspect.Parameter.KEYWORD_ONLY for parameter in parameters.values())
+    assert parameters["name"].default == "fedssc_cifar10" and parameters["mu_glob"].default == 1.0
+    recipe = FedSSCRecipe(min_clients=2, dataset="synthetic", lr=0.02, mu_glob=0.5)
+    assert (recipe.lr, recipe.mu_glob, recipe.mu) == (0.02, 0.5, 5.0)  # mu: MOON's best for CIFAR-10's stand-in
+    executor = recipe.make_executor(recipe._executor_args)
+    assert executor.fedssc_settings.mu_glob == 0.5 and executor.training.lr == 0.02
+    with pytest.raises(ValueError, match="FedSSCRecipe has no representation_loss"):
+        FedSSCRecipe(representation_loss="l2")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'learning_rate'"):
+        MoonRecipe(learning_rate=0.02)

@@ -175,9 +175,3 @@ def _is_torch_dataset(value: Any) -> bool:
     from torch.utils.data import Dataset
 
     return isinstance(value, Dataset)
-
-
-def store_arguments(owner: Any, **arguments: Any) -> None:
-    """Keep each constructor argument on ``owner`` under its own name, where NVFlare's job exporter reads it back."""
-    for name, value in arguments.items():
-        setattr(owner, name, value)

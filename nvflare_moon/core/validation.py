@@ -80,6 +80,11 @@ def users_stacklevel() -> int:
     however many of its constructors (a method's, then its base's) stand between."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     frame, level = sys._getframe(2), 2  # level 1: the function that warns
-    while frame is not None and frame.f_code.co_filename.startswith(package):
+    while frame is not None and (frame.f_code.co_filename.startswith(package) or _generated_init(frame.f_code)):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _generated_init(code) -> bool:
+    """Whether ``code`` is the ``__init__`` that ``dataclasses`` writes for a class (a recipe's)."""
+    return code.co_name == "__init__" and code.co_filename == "<string>"

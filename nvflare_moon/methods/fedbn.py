@@ -20,6 +20,7 @@ In a Client API script::
 """
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch.nn as nn
@@ -106,12 +107,13 @@ class FedBNExecutor(FedAvgExecutor):
         return FedBNRound(self._net, self.job_state(STATE_NAME, fl_ctx), fl_ctx.get_identity_name())
 
 
+@dataclass(eq=False, kw_only=True)
 class FedBNRecipe(FedAvgBaselineRecipe):
     """FedBN on the MOON network: every :class:`FedAvgBaselineRecipe` argument, with ``arch`` one that has BatchNorm
     (default ``"resnet18"``)."""
 
-    def __init__(self, *, name: str = "fedbn", arch: str = "resnet18", **kwargs):
-        super().__init__(name=name, arch=arch, **kwargs)
+    name: str = "fedbn"
+    arch: str = "resnet18"
 
     def make_executor(self, common_args: Dict[str, Any]) -> FedBNExecutor:
         return FedBNExecutor(**common_args)

@@ -2,7 +2,8 @@
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 from nvflare.apis.analytix import ANALYTIC_EVENT_TYPE
 from nvflare.apis.executor import Executor
@@ -18,7 +19,7 @@ from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..core.dp import DPSettings
 from ..core.sampling import sites_per_round
-from ..core.specs import DataSpec, TrainingSpec, store_arguments
+from ..core.specs import DataSpec, TrainingSpec
 from ..core.validation import check_choice, check_number
 from ..data import DATASETS, NUM_CLASSES
 from ..data.site_data import site_data_settings
@@ -57,6 +58,7 @@ from .sites import (
 PER_SITE_KEYS = ("data_root", "device", "num_threads")
 
 
+@dataclass(eq=False, kw_only=True)
 class FedAvgBaselineRecipe(Recipe):
     """FedAvg on the MOON network (the papers' baseline); other recipes change only the executor.
 
@@ -114,116 +116,99 @@ class FedAvgBaselineRecipe(Recipe):
             FedProx, MOON and SCAFFOLD, on a network without BatchNorm (``arch="simple_cnn"``). None: off.
     """
 
-    option_limits: Dict[str, str] = {}  # option -> why this method cannot take it (refused at build)
+    option_limits: ClassVar[Dict[str, str]] = {}  # option -> why this method cannot take it (refused at build)
 
-    def __init__(
-        self,
-        *,
-        name: str = "fedavg_cifar10",
-        min_clients: int = 10,
-        num_rounds: int = 100,
-        num_sites: Optional[int] = None,
-        dataset: str = "cifar10",
-        data_root: Optional[str] = None,
-        download: bool = True,
-        site_data: Optional[Dict[str, Any]] = None,
-        arch: str = "simple_cnn",
-        initial_weights: Optional[str] = None,
-        out_dim: int = 256,
-        partition: str = "dirichlet",
-        beta: float = 0.5,
-        seed: int = 0,
-        local_epochs: int = 10,
-        batch_size: int = 64,
-        lr: float = 0.01,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-5,
-        device: str = "auto",
-        num_threads: Optional[int] = None,
-        amp: bool = False,
-        dp_noise_multiplier: Optional[float] = None,
-        dp_target_epsilon: Optional[float] = None,
-        dp_delta: float = DPSettings.delta,
-        dp_max_grad_norm: float = DPSettings.max_grad_norm,
-        sample_fraction: float = 1.0,
-        server_evaluation: Optional[bool] = None,
-        stop_cond: Optional[str] = None,
-        patience: Optional[int] = None,
-        byoc: bool = True,
-        quantization: Optional[str] = None,
-        privacy_filters: Optional[List[Filter]] = None,
-        encryption: Optional[str] = None,
-        clinical_metrics: bool = False,
-        key_metric: Optional[str] = None,
-        key_metric_mode: Optional[str] = None,
-    ):
-        if server_evaluation is None:
-            server_evaluation = dataset not in SITE_DATASETS  # the sites' own images: none on the server
-        # the job's own options, under their own names (NVFlare's job exporter and our subclasses read them)
-        store_arguments(
-            self,
-            min_clients=min_clients,
-            num_rounds=num_rounds,
-            num_sites=min_clients if num_sites is None else num_sites,
-            dataset=dataset,
-            site_data=site_data,
-            data_root=data_root,
-            arch=arch,
-            initial_weights=initial_weights,
-            out_dim=out_dim,
-            seed=seed,
-            sample_fraction=sample_fraction,
-            server_evaluation=server_evaluation,
-            stop_cond=stop_cond,
-            patience=patience,
-            byoc=byoc,
-            quantization=quantization,
-            privacy_filters=privacy_filters,
-            encryption=encryption,
-            clinical_metrics=clinical_metrics,
-            key_metric=key_metric,
-            key_metric_mode=key_metric_mode,
-        )
+    name: str = "fedavg_cifar10"
+    min_clients: int = 10
+    num_rounds: int = 100
+    num_sites: Optional[int] = None
+    dataset: str = "cifar10"
+    data_root: Optional[str] = None
+    download: bool = True
+    site_data: Optional[Dict[str, Any]] = None
+    arch: str = "simple_cnn"
+    initial_weights: Optional[str] = None
+    out_dim: int = 256
+    partition: str = "dirichlet"
+    beta: float = 0.5
+    seed: int = 0
+    local_epochs: int = 10
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-5
+    device: str = "auto"
+    num_threads: Optional[int] = None
+    amp: bool = False
+    dp_noise_multiplier: Optional[float] = None
+    dp_target_epsilon: Optional[float] = None
+    dp_delta: float = DPSettings.delta
+    dp_max_grad_norm: float = DPSettings.max_grad_norm
+    sample_fraction: float = 1.0
+    server_evaluation: Optional[bool] = None
+    stop_cond: Optional[str] = None
+    patience: Optional[int] = None
+    byoc: bool = True
+    quantization: Optional[str] = None
+    privacy_filters: Optional[List[Filter]] = None
+    encryption: Optional[str] = None
+    clinical_metrics: bool = False
+    key_metric: Optional[str] = None
+    key_metric_mode: Optional[str] = None
+
+    def __post_init__(self):
+        """Check the options, build the specs every site's executor takes (once, here where the job is built) and
+        the job's server side; the clients' apps are added when the job is built (:meth:`_prepare_client_apps`)."""
+        if self.num_sites is None:
+            self.num_sites = self.min_clients
+        if self.server_evaluation is None:
+            self.server_evaluation = self.dataset not in SITE_DATASETS  # the sites' own images: none on the server
         self.privacy_filters = check_job_options(self)
         self.allow_partial_updates = withholds_entries(self.privacy_filters)  # for make_aggregator
         self.framework = FrameworkType.PYTORCH  # what NVFlare's recipe helpers (add_cross_site_evaluation) read
-        self._network_args = self._network_args_for(dataset, site_data, seed)
-        # what every site's executor takes, built and checked once, here where the job is built
-        self.data_spec = DataSpec(
-            dataset=dataset,
-            data_root=data_root,
-            download=download,
-            site_data=site_data,
-            num_sites=self.num_sites,
-            partition=partition,
-            beta=beta,
-            seed=seed,
-        )
-        self.training_spec = TrainingSpec(
-            local_epochs=local_epochs,
-            batch_size=batch_size,
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            device=device,
-            num_threads=num_threads,
-            amp=amp,
-            clinical_metrics=clinical_metrics,
-        )
+        self._network_args = self._network_args_for(self.dataset, self.site_data, self.seed)
+        self.data_spec, self.training_spec = self._specs()
         self._executor_args = dict(
             model=self.network(),
             data=self.data_spec,
             training=self.training_spec,
-            dp=DPSettings.from_arguments(dp_noise_multiplier, dp_target_epsilon, dp_delta, dp_max_grad_norm),
+            dp=DPSettings.from_arguments(
+                self.dp_noise_multiplier, self.dp_target_epsilon, self.dp_delta, self.dp_max_grad_norm
+            ),
             send_weight_diff=sends_weight_diff(self.privacy_filters),
-            encrypted_aggregation=encryption is not None,
+            encrypted_aggregation=self.encryption is not None,
         )
         executor = self.make_executor(self._executor_args)  # the method's own arguments checked before the job
         self._tasks = [executor.train_task_name, executor.validate_task_name, executor.submit_model_task_name]
         self.per_site_config: Optional[Dict[str, Dict[str, Any]]] = None
-        super().__init__(self._server_job(name, download, device))
+        super().__init__(self._server_job())
 
     # ---- the steps of the constructor ---------------------------------------------------------------------------
+
+    def _specs(self) -> Tuple[DataSpec, TrainingSpec]:
+        """Where every site's data comes from and how it trains, checked."""
+        data = DataSpec(
+            dataset=self.dataset,
+            data_root=self.data_root,
+            download=self.download,
+            site_data=self.site_data,
+            num_sites=self.num_sites,
+            partition=self.partition,
+            beta=self.beta,
+            seed=self.seed,
+        )
+        training = TrainingSpec(
+            local_epochs=self.local_epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            device=self.device,
+            num_threads=self.num_threads,
+            amp=self.amp,
+            clinical_metrics=self.clinical_metrics,
+        )
+        return data, training
 
     def _network_args_for(self, dataset: str, site_data: Optional[Dict[str, Any]], seed: int) -> Dict[str, Any]:
         """The :class:`Network` arguments of this job's model, for the clients and the server alike."""
@@ -241,10 +226,10 @@ class FedAvgBaselineRecipe(Recipe):
         ``initial_weights``, which only the server's initial model is given)."""
         return Network(arch=self.arch, out_dim=self.out_dim, initial_weights=initial_weights, **self._network_args)
 
-    def _server_job(self, name: str, download: bool, device: str) -> FedJob:
+    def _server_job(self) -> FedJob:
         """The job with its server: the controller and its aggregator, the persistor, the global evaluation and the
         run checks (the clients' apps are added when the job is built, see :meth:`_prepare_client_apps`)."""
-        job = FedJob(name=name, min_clients=self.min_clients)
+        job = FedJob(name=self.name, min_clients=self.min_clients)
         job.set_app_packages(["nvflare_moon"])
         job.to_server(SimulatorFixes(), id=COMPONENT_ID)
         if self.encryption is not None:
@@ -259,11 +244,11 @@ class FedAvgBaselineRecipe(Recipe):
                 PTModel(model=self.network(self.initial_weights)), id="persistor"
             )  # the ids NVFlare's helpers read
             job.to_server(self._controller(), id="controller")
-            test_data = dict(dataset=self.dataset, data_root=self.data_root, download=download)
+            test_data = dict(dataset=self.dataset, data_root=self.data_root, download=self.download)
             evaluator = GlobalModelEvaluator(
                 model=self.network(),
                 **(test_data if self.server_evaluation else dict(dataset=None)),
-                device=device,
+                device=self.device,
                 key_metric=self.key_metric,
                 key_metric_mode=self.key_metric_mode,
                 clinical_metrics=self.clinical_metrics,
@@ -364,7 +349,7 @@ def _fields_of(spec: type, values: Dict[str, Any]) -> Dict[str, Any]:
 
 def check_job_options(recipe: FedAvgBaselineRecipe) -> List[Filter]:
     """Raise ValueError, naming the argument, for a job option this job cannot run with (the executor's arguments
-    are checked by their specs); the checked privacy filters. The recipe's own options are stored on it by then."""
+    are checked by their specs); the checked privacy filters."""
     check_quantization(recipe.quantization)
     privacy_filters = check_privacy_filters(recipe.privacy_filters)
     options = {"privacy_filters": privacy_filters, "encryption": recipe.encryption}

@@ -1,5 +1,6 @@
 """FedProx's recipe."""
 
+from dataclasses import dataclass
 from typing import Any, Dict
 
 from nvflare.apis.executor import Executor
@@ -10,6 +11,7 @@ from ..core.validation import check_number
 from .fedavg import FedAvgBaselineRecipe
 
 
+@dataclass(eq=False, kw_only=True)
 class FedProxRecipe(FedAvgBaselineRecipe):
     """FedProx (Li et al., MLSys 2020): FedAvg plus the proximal term (μ/2)·‖w − w_glob‖².
 
@@ -18,13 +20,15 @@ class FedProxRecipe(FedAvgBaselineRecipe):
 
     Args:
         mu: μ > 0 (the MOON paper's best: 0.01 for CIFAR-10, 0.001 for CIFAR-100 and Tiny-ImageNet).
-        **kwargs: every :class:`FedAvgBaselineRecipe` argument.
+        and every :class:`FedAvgBaselineRecipe` argument.
     """
 
-    def __init__(self, *, name: str = "fedprox_cifar10", mu: float = 0.01, **kwargs):
-        check_number("mu", mu, low=0, low_inclusive=False)
-        self.mu = mu
-        super().__init__(name=name, **kwargs)
+    name: str = "fedprox_cifar10"
+    mu: float = 0.01
+
+    def __post_init__(self):
+        check_number("mu", self.mu, low=0, low_inclusive=False)
+        super().__post_init__()
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return FedProxExecutor(**common_args)

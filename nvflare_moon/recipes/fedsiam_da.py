@@ -1,6 +1,7 @@
 """FedSiam-DA's recipes: executors (:class:`FedSiamDARecipe`) and a Client API script
 (:class:`FedSiamDAScriptRecipe`)."""
 
+from dataclasses import dataclass
 from typing import Any, Dict
 
 from nvflare.apis.executor import Executor
@@ -17,6 +18,7 @@ from .fedavg import FedAvgBaselineRecipe
 from .script import ClientAPIRecipe
 
 
+@dataclass(eq=False, kw_only=True)
 class FedSiamDARecipe(FedAvgBaselineRecipe):
     """FedSiam-DA: Siamese local training (:class:`FedSiamDAExecutor`) on the network with a SimSiam predictor, and
     dual aggregation on the server (:class:`DualAggregator`).
@@ -31,30 +33,18 @@ class FedSiamDARecipe(FedAvgBaselineRecipe):
         cosine_floor: ε that a non-positive cosine is clamped to in the dual aggregation.
         cosine_vector: vec(w) of the dual aggregation's cosine: ``"state"`` (default, BatchNorm running statistics
             included) or ``"parameters"`` (without them).
-        **kwargs: every :class:`FedAvgBaselineRecipe` argument.
+        and every :class:`FedAvgBaselineRecipe` argument.
     """
 
     option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedsiam_da"]}
 
-    def __init__(
-        self,
-        *,
-        name: str = "fedsiam_da_cifar10",
-        mu: float = FedSiamDASettings.mu,
-        history: str = FedSiamDASettings.history,
-        history_branch: str = FedSiamDASettings.history_branch,
-        predictor_hidden_dim: int = 64,
-        cosine_floor: float = 1e-6,
-        cosine_vector: str = "state",
-        **kwargs,
-    ):
-        self.mu = mu
-        self.history = history
-        self.history_branch = history_branch
-        self.predictor_hidden_dim = predictor_hidden_dim
-        self.cosine_floor = cosine_floor
-        self.cosine_vector = cosine_vector
-        super().__init__(name=name, **kwargs)
+    name: str = "fedsiam_da_cifar10"
+    mu: float = FedSiamDASettings.mu
+    history: str = FedSiamDASettings.history
+    history_branch: str = FedSiamDASettings.history_branch
+    predictor_hidden_dim: int = 64
+    cosine_floor: float = 1e-6
+    cosine_vector: str = "state"
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         settings = FedSiamDASettings(mu=self.mu, history=self.history, history_branch=self.history_branch)

@@ -1,5 +1,6 @@
 """FedSSC's recipes: executors (:class:`FedSSCRecipe`) and a Client API script (:class:`FedSSCScriptRecipe`)."""
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from nvflare.apis.executor import Executor
@@ -15,6 +16,7 @@ from ..server import PrototypeSharingAggregator
 from .moon import MoonRecipe, MoonScriptRecipe
 
 
+@dataclass(eq=False, kw_only=True)
 class FedSSCRecipe(MoonRecipe):
     """FedSSC (shared supervised-contrastive FL) with the paper's defaults: MOON plus class prototypes that the server
     draws from the sites (:class:`PrototypeSharingAggregator`) and sends back with the next global model.
@@ -32,37 +34,29 @@ class FedSSCRecipe(MoonRecipe):
         prototype_noise_std: σ of the Gaussian noise added to uploaded prototypes (0: off).
         exclude_own_prototype: a site never gets its own class mean back as a prototype (default False; see
             :class:`PrototypeSharingAggregator`).
-        **kwargs: every :class:`MoonRecipe` argument but ``representation_loss`` (the cold start schedules μ_moon) and every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
+        and every :class:`MoonRecipe` argument but ``representation_loss`` (the cold start schedules μ_moon), and
+        every :class:`FedAvgBaselineRecipe` argument; ``seed`` also seeds the server's draw.
     """
 
     option_limits = {"encryption": WHY_NOT_ENCRYPTED["fedssc"]}
 
-    def __init__(
-        self,
-        *,
-        name: str = "fedssc_cifar10",
-        mu: Optional[float] = None,
-        mu_glob: float = FedSSCSettings.mu_glob,
-        temperature: float = MoonSettings.temperature,
-        num_previous_models: int = MoonSettings.num_previous_models,
-        min_class_count: int = FedSSCSettings.min_class_count,
-        prototype_clip_norm: Optional[float] = FedSSCSettings.prototype_clip_norm,
-        prototype_noise_std: float = FedSSCSettings.prototype_noise_std,
-        exclude_own_prototype: bool = False,
-        **kwargs,
-    ):
-        mu = take_renamed(kwargs, "mu_moon", "mu", mu, None, owner="FedSSCRecipe")
-        if "representation_loss" in kwargs:
+    name: str = "fedssc_cifar10"
+    mu_glob: float = FedSSCSettings.mu_glob
+    min_class_count: int = FedSSCSettings.min_class_count
+    prototype_clip_norm: Optional[float] = FedSSCSettings.prototype_clip_norm
+    prototype_noise_std: float = FedSSCSettings.prototype_noise_std
+    exclude_own_prototype: bool = False
+    mu_moon: Optional[float] = None  # the old name of mu, until the next release
+
+    def __post_init__(self):
+        old_name = {} if self.mu_moon is None else {"mu_moon": self.mu_moon}
+        self.mu = take_renamed(old_name, "mu_moon", "mu", self.mu, None, owner="FedSSCRecipe")
+        if self.representation_loss != MoonSettings.representation_loss:
             raise ValueError(
                 "FedSSCRecipe has no representation_loss: its MOON term is the contrastive loss (the l2 ablation is "
                 "MoonRecipe's); remove the argument"
             )
-        self.mu_glob = mu_glob
-        self.min_class_count = min_class_count
-        self.prototype_clip_norm = prototype_clip_norm
-        self.prototype_noise_std = prototype_noise_std
-        self.exclude_own_prototype = exclude_own_prototype
-        super().__init__(name=name, mu=mu, temperature=temperature, num_previous_models=num_previous_models, **kwargs)
+        super().__post_init__()
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         fedssc_settings = FedSSCSettings(

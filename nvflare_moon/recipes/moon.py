@@ -1,5 +1,6 @@
 """MOON's recipes: executors (:class:`MoonRecipe`) and a Client API script (:class:`MoonScriptRecipe`)."""
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from nvflare.apis.executor import Executor
@@ -16,6 +17,7 @@ from .script import ClientAPIRecipe
 MOON_MU = {"cifar10": 5.0, "cifar100": 1.0, "tinyimagenet": 1.0, "synthetic": 5.0, "image_folder": 1.0, "datalist": 1.0}
 
 
+@dataclass(eq=False, kw_only=True)
 class MoonRecipe(FedAvgBaselineRecipe):
     """MOON (Li, He and Song, CVPR 2021) with the paper's CIFAR-10 defaults.
 
@@ -32,32 +34,23 @@ class MoonRecipe(FedAvgBaselineRecipe):
         feature_noise_std: σ of the Gaussian noise on h before the projection head, relative to ‖h‖ (0: off).
         light_history: keep only the previous models' projection heads, an approximation of z_prev (default False;
             see ``docs/practical_options.md``).
-        **kwargs: every :class:`FedAvgBaselineRecipe` argument.
+        and every :class:`FedAvgBaselineRecipe` argument.
     """
 
-    def __init__(
-        self,
-        *,
-        name: str = "moon_cifar10",
-        mu: Optional[float] = None,
-        temperature: float = MoonSettings.temperature,
-        num_previous_models: int = MoonSettings.num_previous_models,
-        representation_loss: str = MoonSettings.representation_loss,
-        mu_off_rounds: int = MoonSettings.mu_off_rounds,
-        mu_ramp_rounds: int = MoonSettings.mu_ramp_rounds,
-        feature_noise_std: float = MoonSettings.feature_noise_std,
-        light_history: bool = MoonSettings.light_history,
-        **kwargs,
-    ):
-        self.mu = MOON_MU.get(kwargs.get("dataset", "cifar10"), 5.0) if mu is None else mu  # unknown: refused below
-        self.temperature = temperature
-        self.num_previous_models = num_previous_models
-        self.representation_loss = representation_loss
-        self.mu_off_rounds = mu_off_rounds
-        self.mu_ramp_rounds = mu_ramp_rounds
-        self.feature_noise_std = feature_noise_std
-        self.light_history = light_history
-        super().__init__(name=name, **kwargs)
+    name: str = "moon_cifar10"
+    mu: Optional[float] = None
+    temperature: float = MoonSettings.temperature
+    num_previous_models: int = MoonSettings.num_previous_models
+    representation_loss: str = MoonSettings.representation_loss
+    mu_off_rounds: int = MoonSettings.mu_off_rounds
+    mu_ramp_rounds: int = MoonSettings.mu_ramp_rounds
+    feature_noise_std: float = MoonSettings.feature_noise_std
+    light_history: bool = MoonSettings.light_history
+
+    def __post_init__(self):
+        if self.mu is None:
+            self.mu = MOON_MU.get(self.dataset, 5.0)  # an unknown dataset is refused with the job's options
+        super().__post_init__()
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return MoonExecutor(**common_args, settings=self.moon_settings())

@@ -1,5 +1,6 @@
 """SCAFFOLD's recipes: executors (:class:`ScaffoldRecipe`) and a Client API script (:class:`ScaffoldScriptRecipe`)."""
 
+from dataclasses import dataclass
 from typing import Any, Dict
 
 from nvflare.apis.executor import Executor
@@ -13,6 +14,7 @@ from .fedavg import FedAvgBaselineRecipe
 from .script import ClientAPIRecipe
 
 
+@dataclass(eq=False, kw_only=True)
 class ScaffoldRecipe(FedAvgBaselineRecipe):
     """SCAFFOLD (Karimireddy et al., ICML 2020, option II) with the sites' controls persisted between rounds.
 
@@ -23,8 +25,7 @@ class ScaffoldRecipe(FedAvgBaselineRecipe):
 
     option_limits = {**SCAFFOLD_LIMITS, "encryption": WHY_NOT_ENCRYPTED["scaffold"]}
 
-    def __init__(self, *, name: str = "scaffold_cifar10", **kwargs):
-        super().__init__(name=name, **kwargs)
+    name: str = "scaffold_cifar10"
 
     def make_executor(self, common_args: Dict[str, Any]) -> Executor:
         return ScaffoldExecutor(**common_args)

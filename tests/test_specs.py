@@ -11,7 +11,7 @@ from nvflare.fuel.utils.component_builder import ComponentBuilder
 from nvflare_moon.benchmark.methods import flat_spec_args
 from nvflare_moon.core.moon import MoonSettings
 from nvflare_moon.core.specs import DataSpec, TrainingSpec
-from nvflare_moon.executors import MoonExecutor
+from nvflare_moon.executors import FedSSCExecutor, MoonExecutor
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
 
@@ -86,6 +86,11 @@ def test_the_old_flat_names_build_the_same_specs_with_a_warning():
         MoonExecutor(Network(num_classes=10), learning_rate=0.02)
     with pytest.raises(ValueError, match="training must be a TrainingSpec, got dict"):
         MoonExecutor(Network(num_classes=10), training={"lr": 0.02})
+    # an empty dict is refused too, not taken for "not given" (it once fell through to the defaults)
+    with pytest.raises(ValueError, match="settings must be a MoonSettings, got dict"):
+        MoonExecutor(Network(num_classes=10), settings={})
+    with pytest.raises(ValueError, match="fedssc_settings must be a FedSSCSettings, got dict"):
+        FedSSCExecutor(Network(num_classes=10), fedssc_settings={})
 
 
 def test_a_config_of_today_compares_equal_to_the_same_job_with_flat_executor_arguments():

@@ -45,13 +45,6 @@ def settings_from_meta(
         raise ValueError(f"the received meta holds an invalid setting (sent by {recipe}): {prefix}{e}") from e
 
 
-def check_settings(name: str, settings: Settings, cls: Type[Settings]) -> Settings:
-    """``settings``, unless it is not a ``cls``: then ValueError, naming the argument ``name``."""
-    if not isinstance(settings, cls):
-        raise ValueError(f"{name} must be a {cls.__name__}, got {type(settings).__name__}")
-    return settings
-
-
 def keep_settings(owner: Any, settings: Settings) -> Settings:
     """Store every field of ``settings`` on ``owner`` under its own name (a recipe's options, as it was given them);
     returns ``settings``."""

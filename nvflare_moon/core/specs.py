@@ -144,6 +144,31 @@ def take_flat_fields(
     return cls(**given)
 
 
+def spec_argument(
+    cls: Type[Spec],
+    value: Optional[Spec],
+    flat: Dict[str, Any],
+    *,
+    owner: str,
+    argument: str,
+    prefix: str = "",
+    default: bool = True,
+) -> Optional[Spec]:
+    """The ``argument`` of ``owner``: ``value``, or built from its fields' old flat names in ``flat``
+    (:func:`take_flat_fields`); where neither is given, ``cls()`` if ``default``, else None.
+
+    Raises:
+        TypeError: both ``value`` and flat fields are given.
+        ValueError: ``value`` is not a ``cls`` (the message names ``argument``).
+    """
+    value = take_flat_fields(cls, value, flat, owner=owner, argument=argument, prefix=prefix)
+    if value is None:
+        return cls() if default else None
+    if not isinstance(value, cls):
+        raise ValueError(f"{argument} must be a {cls.__name__}, got {type(value).__name__}")
+    return value
+
+
 def executor_specs(
     owner: str,
     data: Optional[DataSpec],
@@ -151,21 +176,17 @@ def executor_specs(
     dp: Optional[DPSettings],
     flat_fields: Dict[str, Any],
 ) -> Tuple[DataSpec, TrainingSpec, Optional[DPSettings]]:
-    """An executor's ``data``, ``training`` and ``dp``: each as given, or built from its fields' old flat names in
-    ``flat_fields`` (:func:`take_flat_fields`); ``DataSpec()`` and ``TrainingSpec()`` where neither is given.
+    """An executor's ``data``, ``training`` and ``dp`` (:func:`spec_argument`); ``dp`` stays None where not given.
 
     Raises:
         TypeError: ``flat_fields`` holds a name no spec has.
         ValueError: an argument is not of its spec's type (the message names it).
     """
-    data = take_flat_fields(DataSpec, data, flat_fields, owner=owner, argument="data") or DataSpec()
-    training = take_flat_fields(TrainingSpec, training, flat_fields, owner=owner, argument="training") or TrainingSpec()
-    dp = take_flat_fields(DPSettings, dp, flat_fields, owner=owner, argument="dp", prefix="dp_")
+    data = spec_argument(DataSpec, data, flat_fields, owner=owner, argument="data")
+    training = spec_argument(TrainingSpec, training, flat_fields, owner=owner, argument="training")
+    dp = spec_argument(DPSettings, dp, flat_fields, owner=owner, argument="dp", prefix="dp_", default=False)
     if flat_fields:
         raise TypeError(f"{owner} got unexpected keyword argument(s) {', '.join(sorted(flat_fields))}")
-    for name, value, cls in (("data", data, DataSpec), ("training", training, TrainingSpec), ("dp", dp, DPSettings)):
-        if value is not None and not isinstance(value, cls):
-            raise ValueError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
     if dp is not None:
         require_opacus()
     return data, training, dp

@@ -11,8 +11,7 @@ from nvflare.apis.fl_context import FLContext
 
 from ..core.fedsiam_da import FedSiamDARound, FedSiamDASettings
 from ..core.previous_uploads import StoredUploads
-from ..core.settings import check_settings
-from ..core.specs import take_flat_fields
+from ..core.specs import spec_argument
 from ..core.training import sgd
 from .fedavg import FedAvgExecutor
 
@@ -35,9 +34,9 @@ class FedSiamDAExecutor(FedAvgExecutor):
     )
 
     def __init__(self, *args, settings: Optional[FedSiamDASettings] = None, **kwargs):
-        settings = take_flat_fields(FedSiamDASettings, settings, kwargs, owner=type(self).__name__, argument="settings")
+        settings = spec_argument(FedSiamDASettings, settings, kwargs, owner=type(self).__name__, argument="settings")
         super().__init__(*args, **kwargs)
-        self.settings = check_settings("settings", settings or FedSiamDASettings(), FedSiamDASettings)
+        self.settings = settings
         if getattr(self.model, "predictor", None) is None:
             raise ValueError(
                 "model has no SimSiam predictor: build it with predictor_hidden_dim=64, "

@@ -11,8 +11,7 @@ from typing import Optional
 from nvflare.apis.fl_context import FLContext
 
 from ..core.fedssc import FedSSCRound, FedSSCSettings
-from ..core.settings import check_settings
-from ..core.specs import take_flat_fields
+from ..core.specs import spec_argument
 from ..models import ProjectionModel
 from .moon import MoonExecutor
 
@@ -42,9 +41,8 @@ class FedSSCExecutor(MoonExecutor):
     )
 
     def __init__(self, *args, fedssc_settings: Optional[FedSSCSettings] = None, **kwargs):
-        owner = type(self).__name__
-        fedssc_settings = take_flat_fields(
-            FedSSCSettings, fedssc_settings, kwargs, owner=owner, argument="fedssc_settings"
+        fedssc_settings = spec_argument(
+            FedSSCSettings, fedssc_settings, kwargs, owner=type(self).__name__, argument="fedssc_settings"
         )
         super().__init__(*args, **kwargs)
         if not isinstance(self.model, ProjectionModel):
@@ -52,7 +50,7 @@ class FedSSCExecutor(MoonExecutor):
                 "model must be a ProjectionModel such as nvflare_moon.models.Network: "
                 "FedSSC's prototypes have the shape of its classifier l3 (classes × projection size)"
             )
-        self.fedssc_settings = check_settings("fedssc_settings", fedssc_settings or FedSSCSettings(), FedSSCSettings)
+        self.fedssc_settings = fedssc_settings
 
     def make_round(self, fl_ctx: FLContext) -> FedSSCRound:
         classifier = self.model.l3  # K × D

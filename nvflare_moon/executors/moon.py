@@ -14,8 +14,7 @@ from nvflare.apis.fl_context import FLContext
 
 from ..core.moon import MoonRound, MoonSettings
 from ..core.previous_uploads import StoredUploads
-from ..core.settings import check_settings
-from ..core.specs import take_flat_fields
+from ..core.specs import spec_argument
 from .fedavg import FedAvgExecutor
 
 
@@ -33,9 +32,9 @@ class MoonExecutor(FedAvgExecutor):
     STATE_NAME = "moon_state"
 
     def __init__(self, *args, settings: Optional[MoonSettings] = None, **kwargs):
-        settings = take_flat_fields(MoonSettings, settings, kwargs, owner=type(self).__name__, argument="settings")
+        settings = spec_argument(MoonSettings, settings, kwargs, owner=type(self).__name__, argument="settings")
         super().__init__(*args, **kwargs)
-        self.settings = check_settings("settings", settings or MoonSettings(), MoonSettings)
+        self.settings = settings
         self.settings.check_model(self.model)
 
     def make_round(self, fl_ctx: FLContext) -> MoonRound:

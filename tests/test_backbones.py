@@ -252,7 +252,7 @@ def test_resnet18_trains_at_64_px_from_a_weights_file_that_only_the_server_reads
         num_rounds=1,
         dataset="image_folder",
         site_data={"class_names": CLASSES, "image_size": 64, "channels": 3, "augment": False},
-        data_root=str(tmp_path / "{SITE_NAME}"),
+        site_path=str(tmp_path / "{SITE_NAME}"),
         arch="resnet18",
         initial_weights=str(path),
         local_epochs=1,

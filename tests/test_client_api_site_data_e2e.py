@@ -1,6 +1,6 @@
 """The Client API example on each site's own images (docs/client_api_site_data.md): two sites whose folders are at
-different paths, given to the script as ``--data_root`` in per-site ``train_args`` (``set_per_site_config``), train
-MOON through PTMoonHelper in the real simulator with ``-t == -n``; and without ``--data_root`` a site reads the
+different paths, given to the script as ``--site_path`` in per-site ``train_args`` (``set_per_site_config``), train
+MOON through PTMoonHelper in the real simulator with ``-t == -n``; and without ``--site_path`` a site reads the
 folder named after it."""
 
 import importlib
@@ -31,10 +31,10 @@ def example(monkeypatch):
         sys.modules.pop(name, None)
 
 
-def test_without_data_root_a_site_reads_the_folder_named_after_it(example):
+def test_without_site_path_a_site_reads_the_folder_named_after_it(example):
     _, script = example
-    assert script.site_data_root(None, "hospital-2") == f"{script.DEFAULT_PARENT}/hospital-2"
-    assert script.site_data_root("/mnt/pacs/xray", "hospital-2") == "/mnt/pacs/xray"
+    assert script.site_folder(None, "hospital-2") == f"{script.DEFAULT_PARENT}/hospital-2"
+    assert script.site_folder("/mnt/pacs/xray", "hospital-2") == "/mnt/pacs/xray"
 
 
 def test_each_site_trains_on_the_folder_its_train_args_name(tmp_path, example):
@@ -54,8 +54,8 @@ def test_each_site_trains_on_the_folder_its_train_args_name(tmp_path, example):
     set_per_site_config(
         recipe,
         {
-            "site-1": {"train_args": f"{COMMON_ARGS} --data_root {one}"},
-            "site-2": {"train_args": f"{COMMON_ARGS} --data-root {two}"},
+            "site-1": {"train_args": f"{COMMON_ARGS} --site_path {one}"},
+            "site-2": {"train_args": f"{COMMON_ARGS} --site-path {two}"},
         },
     )
     run = export_and_run(recipe, tmp_path, n=2, t=2, timeout=600)

@@ -141,7 +141,7 @@ def test_two_hospitals_report_auroc_sensitivity_and_specificity_every_round_and_
     )
     from nvflare.recipe.utils import set_per_site_config
 
-    set_per_site_config(recipe, {site: {"data_root": str(folder)} for site, folder in folders.items()})
+    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})
     recipe.export(str(tmp_path / "jobs"))
     run = run_simulator(tmp_path / "jobs" / "clinical", tmp_path / "ws", n=2, t=1, clients=HOSPITALS, timeout=300)
     assert run.returncode == 0, run.output[-3000:]

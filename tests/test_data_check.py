@@ -134,9 +134,9 @@ def test_label_distribution_by_hand():
 def test_summarize_lists_every_site_and_the_failed_ones():
     ok = site_report(site_files(), decoded(range(17)), READ, min_count=5)
     bad = {**ok, "problems": ["p1", "p2"]}
-    summary = summarize({"s2": {"error": "class folder <data_root>/train/x is not in ..."}, "s3": bad, "s1": ok})
+    summary = summarize({"s2": {"error": "class folder <site_path>/train/x is not in ..."}, "s3": bad, "s1": ok})
     assert list(summary["sites"]) == ["s1", "s2", "s3"] and summary["class_names"] == list(CLASSES)
-    assert summary["failed"] == {"s2": "class folder <data_root>/train/x is not in ...", "s3": "p1; p2"}
+    assert summary["failed"] == {"s2": "class folder <site_path>/train/x is not in ...", "s3": "p1; p2"}
     assert list(summary["label_distribution"]["sites"]) == ["s1", "s3"]  # the site in error has no counts
     table = format_table(summary)
     assert table.splitlines()[0].split() == ["site", "a", "b", "c", "TV"]
@@ -154,10 +154,10 @@ def test_reports_of_other_classes_are_refused_by_site():
 
 def test_redact_paths_replaces_the_named_paths_longest_first_and_any_other_absolute_path():
     message = "/data/h1/train/x is odd; see /data/h1-extra/f.png and /ws/local/nvflare_moon_data.json"
-    paths = {"/data/h1": "<data_root>", "/ws": "<workspace>", None: "<none>"}
+    paths = {"/data/h1": "<site_path>", "/ws": "<workspace>", None: "<none>"}
     assert (
         redact_paths(message, paths)
-        == "<data_root>/train/x is odd; see <path> and <workspace>/local/nvflare_moon_data.json"
+        == "<site_path>/train/x is odd; see <path> and <workspace>/local/nvflare_moon_data.json"
     )
     assert redact_paths("needs <root>/train/<class>/<image>, a train/ folder", {}) == (
         "needs <root>/train/<class>/<image>, a train/ folder"
@@ -179,7 +179,7 @@ def answer(executor, ctx, task_name="data_check"):
 
 def test_the_executor_reports_counts_and_leaves_the_decoded_copy_that_training_maps(tmp_path):
     folder = write_image_folder(tmp_path / "h1", CLASSES, {"a": 6, "b": 2}, {"a": 5}, mode="L")
-    executor = DataCheckExecutor("image_folder", SITE_DATA, data_root=str(folder), min_count=3)
+    executor = DataCheckExecutor("image_folder", SITE_DATA, site_path=str(folder), min_count=3)
     ctx = site_context(tmp_path / "ws", site="hospital-1")
     code, reply = answer(executor, ctx)
     report = from_shareable(reply).data[REPORT_KEY]
@@ -195,12 +195,12 @@ def test_the_executor_reports_counts_and_leaves_the_decoded_copy_that_training_m
 
 def test_a_listing_error_is_reported_without_the_sites_paths(tmp_path):
     folder = write_image_folder(tmp_path / "h2", CLASSES + ("extra",), {"a": 6, "extra": 2}, mode="L")
-    executor = DataCheckExecutor("image_folder", SITE_DATA, data_root=str(folder))
+    executor = DataCheckExecutor("image_folder", SITE_DATA, site_path=str(folder))
     code, reply = answer(executor, site_context(tmp_path / "ws", site="hospital-2"))
     error = from_shareable(reply).data[REPORT_KEY]["error"]
     assert code == ReturnCode.OK
-    assert error.startswith("class folder <data_root>/train/extra is not in the job's class_names ['a', 'b', 'c']")
-    missing = DataCheckExecutor("image_folder", SITE_DATA)  # no data_root, no variable, no local file
+    assert error.startswith("class folder <site_path>/train/extra is not in the job's class_names ['a', 'b', 'c']")
+    missing = DataCheckExecutor("image_folder", SITE_DATA)  # no site_path, no variable, no local file
     _, reply = answer(missing, site_context(tmp_path / "ws", site="hospital-3"))
     error = from_shareable(reply).data[REPORT_KEY]["error"]
     assert error.startswith("hospital-3 has no data location") and "<workspace>/local/nvflare_moon_data.json" in error
@@ -212,7 +212,7 @@ def test_a_listing_error_is_reported_without_the_sites_paths(tmp_path):
     [
         (dict(dataset="cifar10"), "dataset must be one of"),
         (dict(site_data={"image_size": 16}), "needs site_data"),
-        (dict(data_root=""), "data_root must be"),
+        (dict(site_path=""), "site_path must be"),
         (dict(min_count=0), "min_count must be >= 1"),
         (dict(task_name=""), "task_name must be"),
     ],
@@ -225,25 +225,41 @@ def test_executor_arguments_are_checked_by_name(kwargs, message):
 # ---- the recipe -----------------------------------------------------------------------------------------------------
 
 
-def test_the_recipe_gives_each_named_site_its_own_data_root_and_refuses_other_keys(tmp_path):
+def test_the_recipe_gives_each_named_site_its_own_site_path_and_refuses_other_keys(tmp_path):
     recipe = DataCheckRecipe(dataset="image_folder", site_data=SITE_DATA, min_clients=2, min_count=3)
-    set_per_site_config(recipe, {"hospital-1": {"data_root": "/d/1"}, "hospital-2": {"data_root": "/d/2"}})
+    set_per_site_config(recipe, {"hospital-1": {"site_path": "/d/1"}, "hospital-2": {"site_path": "/d/2"}})
     recipe.export(str(tmp_path))
     for site in ("hospital-1", "hospital-2"):
         config = json.loads((tmp_path / "data_check" / f"app_{site}" / "config" / "config_fed_client.json").read_text())
         (executor,) = config["executors"]
         assert executor["tasks"] == ["data_check"]
-        assert executor["executor"]["args"]["data_root"] == f"/d/{site[-1]}"
+        assert executor["executor"]["args"]["site_path"] == f"/d/{site[-1]}"
         assert executor["executor"]["args"]["min_count"] == 3
     server = json.loads((tmp_path / "data_check" / "app_server" / "config" / "config_fed_server.json").read_text())
     assert [w["path"] for w in server["workflows"]] == ["nvflare_moon.server.data_check.DataCheckController"]
 
     for config, message in [
         ({"hospital-1": {"device": "cpu"}, "hospital-2": {}}, r"\['device'\] for site 'hospital-1' cannot differ"),
-        ({"hospital-1": {"data_root": "/d/1"}}, "names 1 site"),
-        ({"hospital-1": {"data_root": ""}, "hospital-2": {}}, "data_root must be"),
+        ({"hospital-1": {"site_path": "/d/1"}}, "names 1 site"),
+        ({"hospital-1": {"site_path": ""}, "hospital-2": {}}, "site_path must be"),
     ]:
         with pytest.raises(ValueError, match=message):
             set_per_site_config(DataCheckRecipe(dataset="image_folder", site_data=SITE_DATA, min_clients=2), config)
     with pytest.raises(ValueError, match="min_clients must be"):
         DataCheckRecipe(dataset="image_folder", site_data=SITE_DATA, min_clients=0)
+
+
+def test_data_root_the_old_name_of_site_path_still_works_for_one_release_with_a_warning(tmp_path):
+    with pytest.warns(
+        DeprecationWarning, match=r"DataCheckExecutor\(data_root=...\) is deprecated.*use site_path"
+    ) as w:
+        executor = DataCheckExecutor("image_folder", SITE_DATA, data_root="/d/old")
+    assert executor.site_path == "/d/old" and {warning.filename for warning in w} == {__file__}
+    recipe = DataCheckRecipe(dataset="image_folder", site_data=SITE_DATA, min_clients=2)
+    with pytest.warns(DeprecationWarning, match="use site_path"):
+        set_per_site_config(recipe, {"hospital-1": {"data_root": "/d/1"}, "hospital-2": {"site_path": "/d/2"}})
+        recipe.export(str(tmp_path))
+    config = json.loads((tmp_path / "data_check" / "app_hospital-1" / "config" / "config_fed_client.json").read_text())
+    assert config["executors"][0]["executor"]["args"]["site_path"] == "/d/1"
+    with pytest.raises(TypeError, match="give site_path alone"):
+        DataCheckExecutor("image_folder", SITE_DATA, site_path="/d/new", data_root="/d/old")

@@ -24,7 +24,7 @@ SITE_DATA = {"class_names": CLASSES, "image_size": 16, "channels": 1}
 
 def run_data_check(tmp_path, folders, tag):
     recipe = DataCheckRecipe(dataset="image_folder", site_data=SITE_DATA, min_clients=2)
-    set_per_site_config(recipe, {site: {"data_root": str(folder)} for site, folder in folders.items()})
+    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})
     recipe.export(str(tmp_path / f"jobs{tag}"))
     return run_simulator(tmp_path / f"jobs{tag}" / "data_check", tmp_path / f"ws{tag}", n=2, t=2, clients=HOSPITALS)
 
@@ -64,7 +64,7 @@ def test_two_hospitals_report_their_counts_and_the_server_writes_the_table_and_p
             "sizes": {"20x24": 34},
             "problems": [],
             "notes": [
-                "<data_root>/val/ is not read: <data_root>/test/ is the held-out split (merge val/ into train/ or "
+                "<site_path>/val/ is not read: <site_path>/test/ is the held-out split (merge val/ into train/ or "
                 "test/ to use it)"
             ],
         },
@@ -109,11 +109,11 @@ def test_a_class_folder_outside_class_names_fails_the_job_naming_the_site_and_th
     run = run_data_check(tmp_path, {"hospital-1": hospital_one(tmp_path / "data"), "hospital-2": hospital_two}, "_bad")
     assert run.returncode != 0
     assert (
-        "data check failed at 1 site(s): hospital-2: class folder <data_root>/train/fracture is not in the job's "
+        "data check failed at 1 site(s): hospital-2: class folder <site_path>/train/fracture is not in the job's "
         "class_names ['normal', 'pneumonia', 'covid']" in run.output
     )
     text = (run.server_dir() / "data_summary.json").read_text()
     summary = json.loads(text)
-    assert summary["failed"]["hospital-2"].startswith("class folder <data_root>/train/fracture is not in")
+    assert summary["failed"]["hospital-2"].startswith("class folder <site_path>/train/fracture is not in")
     assert list(summary["failed"]) == ["hospital-2"] and summary["sites"]["hospital-1"]["train"]["normal"] == 12
     assert str(tmp_path) not in text

@@ -156,7 +156,7 @@ def test_two_hospitals_train_on_their_own_image_folders_at_paths_only_they_know(
         "hospital-2": write_image_folder(root / "h2_share" / "xray", classes, {"normal": 24, "pneumonia": 16}, seed=3),
     }  # hospital-2 has no covid images
     for hospital, folder in folders.items():
-        (kits / hospital / "local" / "nvflare_moon_data.json").write_text(json.dumps({"data_root": str(folder)}))
+        (kits / hospital / "local" / "nvflare_moon_data.json").write_text(json.dumps({"site_path": str(folder)}))
     site_data = {"class_names": classes, "image_size": 16, "channels": 3}
 
     def submit_with_cli(job_dir: Path) -> subprocess.CompletedProcess:

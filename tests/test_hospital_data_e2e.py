@@ -45,14 +45,14 @@ def write_hospitals(root):
 def test_each_hospital_trains_on_its_own_folder_and_reports_its_accuracy(tmp_path, threads):
     folders = write_hospitals(tmp_path / "data")
     recipe = hospital_recipe(byoc=True)
-    set_per_site_config(recipe, {site: {"data_root": str(folder)} for site, folder in folders.items()})
+    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})
     jobs = tmp_path / "jobs"
     recipe.export(str(jobs))
     client_config = json.loads(
         (jobs / "hospital_moon" / "app_hospital-2" / "config" / "config_fed_client.json").read_text()
     )
     data = client_config["executors"][0]["executor"]["args"]["data"]["args"]
-    assert data["data_root"] == str(folders["hospital-2"])
+    assert data["site_path"] == str(folders["hospital-2"])
 
     run = run_simulator(jobs / "hospital_moon", tmp_path / "ws", n=2, t=threads, clients=HOSPITALS, timeout=300)
     assert run.returncode == 0, run.output[-3000:]
@@ -76,7 +76,7 @@ def test_a_site_whose_folder_is_missing_ends_the_job_naming_it(tmp_path):
     (tmp_path / "data" / "by_site").mkdir()
     (tmp_path / "data" / "by_site" / "hospital-1").symlink_to(folders["hospital-1"])
     # one path for every site, made the site's own by NVFlare's {SITE_NAME}: hospital-3 has no folder there
-    recipe = hospital_recipe(data_root=str(tmp_path / "data" / "by_site" / "{SITE_NAME}"))
+    recipe = hospital_recipe(site_path=str(tmp_path / "data" / "by_site" / "{SITE_NAME}"))
     recipe.export(str(tmp_path / "jobs"))
     run = run_simulator(
         tmp_path / "jobs" / "hospital_moon", tmp_path / "ws", n=2, t=2, clients=["hospital-1", "hospital-3"]

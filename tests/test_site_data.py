@@ -96,14 +96,20 @@ def test_the_site_root_comes_from_the_job_then_the_variable_then_the_local_file(
     with pytest.raises(SiteDataError, match="no data location.*nvflare_moon_data.json"):
         resolve_site_root(None, "site-1", str(tmp_path))
     (tmp_path / "local").mkdir()
-    (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"data_root": "/data/from_file"}))
+    (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"site_path": "/data/from_file"}))
     assert resolve_site_root(None, "site-1", str(tmp_path)) == "/data/from_file"
+    # the key of files written before site_path had its own name
+    (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"data_root": "/data/older_file"}))
+    assert resolve_site_root(None, "site-1", str(tmp_path)) == "/data/older_file"
     monkeypatch.setenv(SITE_DATA_ENV, "/data/from_env")
     assert resolve_site_root(None, "site-1", str(tmp_path)) == "/data/from_env"
     assert resolve_site_root("/data/from_job", "site-1", str(tmp_path)) == "/data/from_job"
     monkeypatch.delenv(SITE_DATA_ENV)
     (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"root": "/x"}))
-    with pytest.raises(SiteDataError, match="cannot read data_root from"):
+    with pytest.raises(SiteDataError, match=r'must hold \{"site_path": "/path/to/images"\}, got \{\'root\': \'/x\'\}'):
+        resolve_site_root(None, "site-1", str(tmp_path))
+    (tmp_path / "local" / "nvflare_moon_data.json").write_text("{not json")
+    with pytest.raises(SiteDataError, match="cannot read .*nvflare_moon_data.json .JSONDecodeError"):
         resolve_site_root(None, "site-1", str(tmp_path))
 
 
@@ -273,7 +279,7 @@ def test_every_method_trains_a_round_on_a_sites_own_images(tmp_path, executor_cl
     model = Network(num_classes=3, in_channels=1, image_size=16, out_dim=8, predictor_hidden_dim=predictor)
     executor = executor_class(
         model=model,
-        data=DataSpec(dataset="image_folder", site_data=site_data, data_root=str(root)),
+        data=DataSpec(dataset="image_folder", site_data=site_data, site_path=str(root)),
         training=TrainingSpec(batch_size=4, local_epochs=1),
     )
     ctx = site_context(tmp_path / "ws")

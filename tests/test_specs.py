@@ -7,6 +7,7 @@ import json
 
 import pytest
 from nvflare.fuel.utils.component_builder import ComponentBuilder
+from nvflare.recipe.utils import set_per_site_config
 
 from nvflare_moon.benchmark.methods import flat_spec_args
 from nvflare_moon.core.moon import MoonSettings
@@ -23,6 +24,9 @@ from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
         (DataSpec, {"beta": 0}, "beta must be > 0"),
         (DataSpec, {"partition": "skewed"}, "partition must be one of"),
         (DataSpec, {"download": "yes"}, "download must be True or False"),
+        (DataSpec, {"site_path": "/data/h1"}, "site_path is the folder of a site's own images .* give that dataset's"),
+        (DataSpec, {"dataset": "image_folder", "site_path": ""}, "site_path must be the site's folder or manifest"),
+        (DataSpec, {"dataset": "datalist", "site_path": "/a", "data_root": "/b"}, "data_root and site_path are both"),
         (TrainingSpec, {"lr": 0}, "lr must be > 0"),
         (TrainingSpec, {"local_epochs": 1.5}, "local_epochs must be an integer"),
         (TrainingSpec, {"device": "tpu"}, "device must be"),
@@ -32,6 +36,23 @@ from nvflare_moon.recipes import FedSSCRecipe, MoonRecipe
 def test_a_bad_field_is_refused_naming_it(spec, arguments, message):
     with pytest.raises(ValueError, match=message):
         spec(**arguments)
+
+
+def test_a_sites_own_images_are_at_site_path_and_data_root_is_its_old_name_for_one_release():
+    site_data = {"class_names": ["normal", "pneumonia"]}
+    spec = DataSpec(dataset="image_folder", site_data=site_data, site_path="/data/{SITE_NAME}")
+    assert (spec.site_path, spec.data_root) == ("/data/{SITE_NAME}", None)
+    with pytest.warns(DeprecationWarning, match=r"data_root for the site's own images .* use site_path=") as warned:
+        old = DataSpec(dataset="image_folder", site_data=site_data, data_root="/data/{SITE_NAME}")
+    assert old == spec and {warning.filename for warning in warned} == {__file__}
+    # one path per site: site_path, or data_root (its old name) as NVFlare's set_per_site_config gives it
+    recipe = MoonRecipe(min_clients=2, dataset="image_folder", site_data=site_data)
+    with pytest.warns(DeprecationWarning, match="use site_path"):
+        set_per_site_config(recipe, {"site-1": {"site_path": "/h1"}, "site-2": {"data_root": "/h2"}})
+        paths = {
+            site: recipe._site_executor(overrides).data.site_path for site, overrides in recipe.per_site_config.items()
+        }
+    assert paths == {"site-1": "/h1", "site-2": "/h2"}
 
 
 def test_the_recipe_passes_its_specs_whole_to_every_sites_executor():

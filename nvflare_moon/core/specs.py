@@ -9,6 +9,7 @@ still accepted for one release (:func:`take_flat_fields`).
 """
 
 import dataclasses
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Type, TypeVar
@@ -29,10 +30,13 @@ class DataSpec:
             names' numbers); ``"image_folder"`` or ``"datalist"``: the site's own images, all of them (see
             :mod:`nvflare_moon.data.site_files`, and ``site_data``); or a map-style ``torch.utils.data.Dataset`` of
             ``(image tensor, label)`` holding this site's own data (used whole).
-        data_root: with a dataset name, the folder holding the dataset; default ``$NVFLARE_MOON_DATA`` or
-            ``~/.cache/nvflare_moon/data``. With the site's own images: the site's folder (or manifest), checked on the
-            site at the job's start; NVFlare resolves ``{SITE_NAME}``, ``{WORKSPACE}`` and ``{$VAR}`` in it there.
-            None: the site's ``$NVFLARE_MOON_SITE_DATA``, else ``data_root`` in its ``local/nvflare_moon_data.json``.
+        data_root: with a dataset name, the folder holding the dataset (its cache); default ``$NVFLARE_MOON_DATA``
+            or ``~/.cache/nvflare_moon/data``.
+        site_path: with the site's own images, the site's folder (or manifest), checked on the site at the job's
+            start; NVFlare resolves ``{SITE_NAME}``, ``{WORKSPACE}`` and ``{$VAR}`` in it there. None: the site's
+            ``$NVFLARE_MOON_SITE_DATA``, else ``site_path`` in its ``local/nvflare_moon_data.json``. (Until the next
+            release, ``data_root`` given with the site's own images is taken as ``site_path``, with a
+            DeprecationWarning.)
         download: fetch a named dataset with torchvision when it is not under ``data_root``.
         site_data: with ``"image_folder"``/``"datalist"``, the :class:`~nvflare_moon.data.site_data.SiteDataSettings`
             fields but ``dataset`` and ``seed``: ``class_names`` (required), ``image_size``, ``channels``, ``mean``,
@@ -48,6 +52,7 @@ class DataSpec:
 
     dataset: Any = "cifar10"
     data_root: Optional[str] = None
+    site_path: Optional[str] = None
     download: bool = True
     site_data: Optional[Dict[str, Any]] = None
     num_sites: int = 10
@@ -60,15 +65,41 @@ class DataSpec:
             check_choice("dataset", self.dataset, DATASETS + SITE_DATASETS)
         elif not _is_torch_dataset(self.dataset):
             raise ValueError(f"dataset must be a dataset name or a torch Dataset, got {type(self.dataset).__name__}")
+        self._take_site_path_from_data_root()
+        if self.site_path is not None and (not isinstance(self.site_path, (str, os.PathLike)) or not self.site_path):
+            raise ValueError(f"site_path must be the site's folder or manifest, or None, got {self.site_path!r}")
+        if self.site_path is not None and not self.own_images:
+            raise ValueError(
+                f"site_path is the folder of a site's own images (dataset 'image_folder' or 'datalist'), not of "
+                f"dataset {self.dataset!r}: give that dataset's folder as data_root"
+            )
         check_flag("download", self.download)
         check_number("num_sites", self.num_sites, low=1, integer=True)
         check_choice("partition", self.partition, PARTITION_METHODS)
         check_number("beta", self.beta, low=0, low_inclusive=False)
         check_number("seed", self.seed, low=0, integer=True)
 
+    def _take_site_path_from_data_root(self) -> None:
+        """For one release: ``data_root`` given with the site's own images is its ``site_path``, with a warning."""
+        if not self.own_images or self.data_root is None:
+            return
+        if self.site_path is not None:
+            raise ValueError(
+                f"data_root and site_path are both set for dataset {self.dataset!r}: a site's own images are found "
+                "at site_path alone"
+            )
+        warnings.warn(
+            f"data_root for the site's own images (dataset={self.dataset!r}) is deprecated and will be removed in the "
+            "next release: use site_path=... (data_root is a named dataset's folder)",
+            DeprecationWarning,
+            stacklevel=users_stacklevel(),
+        )
+        object.__setattr__(self, "site_path", self.data_root)  # frozen: set once, while the spec is being built
+        object.__setattr__(self, "data_root", None)
+
     @property
     def own_images(self) -> bool:
-        """Whether every site trains on its own image files (``data_root`` is then each site's own path)."""
+        """Whether every site trains on its own image files (found at each site's ``site_path``)."""
         return self.dataset in SITE_DATASETS if isinstance(self.dataset, str) else False
 
 

@@ -17,9 +17,9 @@ Labels are positions in the job's ``class_names``, the same on every site: a sit
 same numbers, and a class folder or manifest label outside ``class_names`` is refused by name. A manifest label may
 also be the class's index.
 
-Where ``<root>`` comes from (:func:`resolve_site_root`): the job's ``data_root`` when it sets one (NVFlare resolves
+Where ``<root>`` comes from (:func:`resolve_site_root`): the job's ``site_path`` when it sets one (NVFlare resolves
 ``{SITE_NAME}``, ``{WORKSPACE}`` and ``{$VAR}`` in it on the site); else the site's ``$NVFLARE_MOON_SITE_DATA``; else
-``data_root`` in the site's ``<workspace>/local/nvflare_moon_data.json``.
+``site_path`` in the site's ``<workspace>/local/nvflare_moon_data.json`` (its older key ``data_root`` is read too).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from typing import Optional, Sequence
 SITE_DATASETS = ("image_folder", "datalist")
 SITE_DATA_ENV = "NVFLARE_MOON_SITE_DATA"
 SITE_DATA_FILE = "nvflare_moon_data.json"  # in the site's <workspace>/local/
+SITE_PATH_KEY = "site_path"  # the key of SITE_DATA_FILE
+OLD_SITE_PATH_KEY = "data_root"  # its key before site_path had its own name, still read
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 TRAIN_SECTIONS = ("training", "train")
 TEST_SECTIONS = ("validation", "test")
@@ -67,27 +69,28 @@ def check_class_names(class_names: Sequence[str]) -> tuple:
     return names
 
 
-def resolve_site_root(data_root: Optional[str], site: str, workspace_root: str) -> str:
-    """The site's data location: ``data_root`` if set, else ``$NVFLARE_MOON_SITE_DATA``, else the ``data_root`` of
+def resolve_site_root(site_path: Optional[str], site: str, workspace_root: str) -> str:
+    """The site's data location: ``site_path`` if set, else ``$NVFLARE_MOON_SITE_DATA``, else the ``site_path`` of
     ``<workspace_root>/local/nvflare_moon_data.json``; user-expanded. Raises SiteDataError naming all three."""
-    if data_root:
-        return os.path.expanduser(data_root)
+    if site_path:
+        return os.path.expanduser(site_path)
     if os.environ.get(SITE_DATA_ENV):
         return os.path.expanduser(os.environ[SITE_DATA_ENV])
     config = os.path.join(workspace_root, "local", SITE_DATA_FILE)
+    example = '{"site_path": "/path/to/images"}'
     if os.path.isfile(config):
         try:
             with open(config) as f:
-                value = json.load(f)["data_root"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SiteDataError(f"{site}: cannot read data_root from {config} ({type(e).__name__}: {e})") from e
+                settings = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SiteDataError(f"{site}: cannot read {config} ({type(e).__name__}: {e})") from e
+        value = settings.get(SITE_PATH_KEY, settings.get(OLD_SITE_PATH_KEY)) if isinstance(settings, dict) else None
         if not isinstance(value, str) or not value:
-            raise SiteDataError(f'{site}: {config} must hold {{"data_root": "/path/to/images"}}, got {value!r}')
+            raise SiteDataError(f"{site}: {config} must hold {example}, got {settings!r}")
         return os.path.expanduser(value)
     raise SiteDataError(
-        f"{site} has no data location: the job sets no data_root, ${SITE_DATA_ENV} is not set on this site, and "
-        f'{config} does not exist. Write {{"data_root": "/path/to/images"}} into that file (or set the '
-        f"variable before starting the site)"
+        f"{site} has no data location: the job sets no site_path, ${SITE_DATA_ENV} is not set on this site, and "
+        f"{config} does not exist. Write {example} into that file (or set the variable before starting the site)"
     )
 
 
@@ -154,7 +157,7 @@ def _list_image_folder(root: str, names: tuple, site: str) -> SiteFiles:
         found = "does not exist" if not os.path.exists(root) else "has no train/ folder"
         raise SiteDataError(
             f"{site}: image folder {root} {found}; dataset='image_folder' needs {root}/train/<class>/<image> "
-            f"(and optionally {root}/test/<class>/<image>). Set this site's data_root to that folder"
+            f"(and optionally {root}/test/<class>/<image>). Set this site's site_path to that folder"
         )
     train = _list_split(train_dir, names, site)
     if not train[0]:
@@ -181,7 +184,7 @@ def _manifest_path(root: str, site: str) -> str:
             return os.path.join(root, name)
     raise SiteDataError(
         f"{site}: no datalist at {root}; dataset='datalist' needs a .json or .csv manifest, or a folder holding "
-        "datalist.json or datalist.csv. Set this site's data_root to it"
+        "datalist.json or datalist.csv. Set this site's site_path to it"
     )
 
 

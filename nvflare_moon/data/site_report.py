@@ -89,7 +89,7 @@ def site_report(files: SiteFiles, decoded: DecodedImages, settings: SiteDataSett
         "converted": suppress(channel_conversions(decoded, settings.channels), min_count),
         "sizes": size_counts(decoded.sizes, min_count),
         "problems": problems,
-        "notes": [redact_paths(note, {files.root: "<data_root>"}) for note in files.notes],
+        "notes": [redact_paths(note, {files.root: "<site_path>"}) for note in files.notes],
     }
 
 
@@ -103,7 +103,7 @@ def size_counts(sizes: Mapping[str, int], min_count: int) -> Dict[str, Count]:
 
 
 def redact_paths(message: str, paths: Mapping[Optional[str], str]) -> str:
-    """``message`` with each of ``paths`` (path -> placeholder, e.g. the site's data root -> ``"<data_root>"``; None
+    """``message`` with each of ``paths`` (path -> placeholder, e.g. the site's data location -> ``"<site_path>"``; None
     and empty paths skipped) replaced where it stands whole (``/data/h1`` in ``/data/h1/train``, not in
     ``/data/h1-old``), longest first, and any other absolute path replaced by ``"<path>"``."""
     for path in sorted((p for p in paths if p), key=len, reverse=True):

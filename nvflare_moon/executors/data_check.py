@@ -4,7 +4,7 @@ The decoding writes the decoded copy that training maps later (:mod:`nvflare_moo
 after the check starts without decoding again. The reply's data is an ``APP_DEFINED`` DXO holding
 ``{"data_report": report}``, ``report`` plain JSON values (:func:`~nvflare_moon.data.site_report.site_report`).
 A site whose data cannot be listed or decoded reports ``{"error": message}``, with the data location, its folder
-and the site's workspace replaced by ``<data_root>``, ``<data_root's folder>`` and ``<workspace>`` (any other
+and the site's workspace replaced by ``<site_path>``, ``<site_path's folder>`` and ``<workspace>`` (any other
 absolute path by ``<path>``); the full message, and the name of every file that does not decode, stay in the site's
 log.
 """
@@ -22,7 +22,7 @@ from nvflare.apis.signal import Signal
 from ..data.site_data import list_and_decode, site_data_settings
 from ..data.site_files import SITE_DATASETS, SiteDataError, resolve_site_root
 from ..data.site_report import DATA_CHECK_TASK, REPORT_KEY, redact_paths, site_report
-from ..core.validation import check_choice, check_number
+from ..core.validation import check_choice, check_number, take_renamed
 
 
 class DataCheckExecutor(Executor):
@@ -33,8 +33,9 @@ class DataCheckExecutor(Executor):
         site_data: the job's image settings, as for :class:`~nvflare_moon.executors.FedAvgExecutor`
             (``class_names`` required; ``image_size`` and ``channels`` name the decoded copy that training will map;
             ``max_unreadable`` decides when undecodable files are a problem).
-        data_root: the site's folder or manifest; None: the site's ``$NVFLARE_MOON_SITE_DATA``, else ``data_root``
-            in its ``local/nvflare_moon_data.json`` (:func:`~nvflare_moon.data.site_files.resolve_site_root`).
+        site_path: the site's folder or manifest; None: the site's ``$NVFLARE_MOON_SITE_DATA``, else ``site_path``
+            in its ``local/nvflare_moon_data.json`` (:func:`~nvflare_moon.data.site_files.resolve_site_root`). Its
+            old name ``data_root`` is accepted until the next release, with a DeprecationWarning.
         min_count: counts below this (and above 0) leave the site as ``"<min_count"``.
         task_name: the task this executor answers.
     """
@@ -43,21 +44,25 @@ class DataCheckExecutor(Executor):
         self,
         dataset: str,
         site_data: Dict[str, Any],
-        data_root: Optional[str] = None,
+        site_path: Optional[str] = None,
         min_count: int = 5,
         task_name: str = DATA_CHECK_TASK,
+        **old_names,
     ):
         super().__init__()
+        site_path = take_renamed(old_names, "data_root", "site_path", site_path, None, owner=type(self).__name__)
+        if old_names:
+            raise TypeError(f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(sorted(old_names))}")
         check_choice("dataset", dataset, SITE_DATASETS)
         self._settings = site_data_settings(dataset, site_data, seed=0)  # the seed draws no held-out rows here
-        if data_root is not None and (not isinstance(data_root, str) or not data_root):
-            raise ValueError(f"data_root must be the site's folder or manifest, or None, got {data_root!r}")
+        if site_path is not None and (not isinstance(site_path, str) or not site_path):
+            raise ValueError(f"site_path must be the site's folder or manifest, or None, got {site_path!r}")
         check_number("min_count", min_count, low=1, integer=True)
         if not isinstance(task_name, str) or not task_name:
             raise ValueError(f"task_name must be a task name, got {task_name!r}")
         self.dataset = dataset
         self.site_data = site_data
-        self.data_root = data_root
+        self.site_path = site_path
         self.min_count = min_count
         self.task_name = task_name
 
@@ -72,7 +77,7 @@ class DataCheckExecutor(Executor):
         """The site's report, or ``{"error": redacted message}``; logs the full story locally."""
         root = None
         try:
-            root = resolve_site_root(self.data_root, site, workspace_root)
+            root = resolve_site_root(self.site_path, site, workspace_root)
             files, decoded = list_and_decode(self._settings, root, site, workspace_root)
         except (SiteDataError, OSError) as e:  # OSError: the decoded copy cannot be written anywhere
             message = str(e).removeprefix(f"{site}: ")  # the server names the site
@@ -97,7 +102,7 @@ class DataCheckExecutor(Executor):
         """``message`` without the site's paths."""
         paths = {workspace_root: "<workspace>"}
         if root:
-            paths.update({root: "<data_root>", os.path.abspath(root): "<data_root>"})
+            paths.update({root: "<site_path>", os.path.abspath(root): "<site_path>"})
             if os.path.isfile(root):
-                paths[os.path.dirname(os.path.abspath(root))] = "<data_root's folder>"
+                paths[os.path.dirname(os.path.abspath(root))] = "<site_path's folder>"
         return redact_paths(message, paths)

@@ -33,7 +33,7 @@ def open_site_source(
     if not isinstance(spec.dataset, str):
         return TorchDatasetSource(spec.dataset, val_dataset)
     if spec.own_images:
-        root = resolve_site_root(spec.data_root, site, workspace_root)
+        root = resolve_site_root(spec.site_path, site, workspace_root)
         return SiteImagesSource(own_images, root, site, workspace_root)
     return PartitionedSource(
         spec.dataset,

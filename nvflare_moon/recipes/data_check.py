@@ -2,7 +2,7 @@
 server writes one table of counts and a label distribution plot across sites.
 
     recipe = DataCheckRecipe(dataset="image_folder", site_data={"class_names": ["normal", "pneumonia"]}, min_clients=2)
-    set_per_site_config(recipe, {"hospital-1": {"data_root": "/data/xray"}, "hospital-2": {"data_root": "/pacs"}})
+    set_per_site_config(recipe, {"hospital-1": {"site_path": "/data/xray"}, "hospital-2": {"site_path": "/pacs"}})
     recipe.execute(SimEnv(clients=["hospital-1", "hospital-2"]))      # or: recipe.export("jobs/data_check")
 
 The server's run folder then holds ``data_summary.json`` (each site's counts, counts below ``min_count`` as
@@ -29,10 +29,10 @@ from .sites import (
 )
 from ..server import DataCheckController
 from ..sim.fixes import COMPONENT_ID, SimulatorFixes
-from ..core.validation import check_flag, check_number
+from ..core.validation import check_flag, check_number, take_renamed
 
-# what set_per_site_config may set for one site in a data check: where its data is
-DATA_CHECK_PER_SITE_KEYS = ("data_root",)
+# what set_per_site_config may set for one site in a data check: where its data is (data_root: its old name)
+DATA_CHECK_PER_SITE_KEYS = ("site_path", "data_root")
 
 
 class DataCheckRecipe(Recipe):
@@ -43,10 +43,11 @@ class DataCheckRecipe(Recipe):
         dataset: ``"image_folder"`` or ``"datalist"``.
         site_data: the training job's image settings (``class_names`` required; see :class:`DataCheckExecutor`).
         min_clients: the sites the job waits for; every connected site is checked.
-        data_root: every site's data location (NVFlare resolves ``{SITE_NAME}`` in it on the site); None: each site's
-            own (``$NVFLARE_MOON_SITE_DATA`` or its ``local/nvflare_moon_data.json``), or one per site with
-            ``set_per_site_config(recipe, {"hospital-1": {"data_root": ...}})`` (keys:
-            :data:`DATA_CHECK_PER_SITE_KEYS`).
+        site_path: every site's data location (NVFlare resolves ``{SITE_NAME}`` in it on the site); None: each
+            site's own (``$NVFLARE_MOON_SITE_DATA`` or its ``local/nvflare_moon_data.json``), or one per site with
+            ``set_per_site_config(recipe, {"hospital-1": {"site_path": ...}})`` (keys:
+            :data:`DATA_CHECK_PER_SITE_KEYS`). Its old name ``data_root`` is accepted until the next release, with a
+            DeprecationWarning.
         min_count: counts below this (and above 0) leave the sites as ``"<min_count"``.
         byoc: add an (empty of code) ``custom/`` folder so that the job passes NVFlare's default class allow-list;
             set False for sites that allow-list ``nvflare_moon.``.
@@ -59,19 +60,23 @@ class DataCheckRecipe(Recipe):
         dataset: str,
         site_data: Dict[str, Any],
         min_clients: int,
-        data_root: Optional[str] = None,
+        site_path: Optional[str] = None,
         min_count: int = 5,
         byoc: bool = True,
+        **old_names,
     ):
+        site_path = take_renamed(old_names, "data_root", "site_path", site_path, None, owner=type(self).__name__)
+        if old_names:
+            raise TypeError(f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(sorted(old_names))}")
         check_number("min_clients", min_clients, low=1, integer=True)
         check_flag("byoc", byoc)
         self.dataset = dataset
         self.site_data = site_data
         self.min_clients = min_clients
-        self.data_root = data_root
+        self.site_path = site_path
         self.min_count = min_count
         self.byoc = byoc
-        self._executor_args = dict(dataset=dataset, site_data=site_data, data_root=data_root, min_count=min_count)
+        self._executor_args = dict(dataset=dataset, site_data=site_data, site_path=site_path, min_count=min_count)
         DataCheckExecutor(**self._executor_args)  # every argument checked before anything is built
         self.per_site_config: Optional[Dict[str, Dict[str, Any]]] = None
 
@@ -93,7 +98,7 @@ class DataCheckRecipe(Recipe):
         note_exported_without_custom(job_dir, self._job.name, self.byoc)
 
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
-        """NVFlare's ``set_per_site_config``: one client app per named site, with its own ``data_root``."""
+        """NVFlare's ``set_per_site_config``: one client app per named site, with its own ``site_path``."""
         self.per_site_config = check_per_site_config(
             config,
             DATA_CHECK_PER_SITE_KEYS,

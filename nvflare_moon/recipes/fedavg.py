@@ -55,7 +55,7 @@ from .sites import (
 )
 
 # What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
-PER_SITE_KEYS = ("data_root", "device", "num_threads")
+PER_SITE_KEYS = ("site_path", "data_root", "device", "num_threads")
 
 
 @dataclass(eq=False, kw_only=True)
@@ -70,12 +70,12 @@ class FedAvgBaselineRecipe(Recipe):
         sample_fraction: partial participation: each round trains ``round(num_sites·sample_fraction)`` sites drawn
             from ``seed`` and the round (:class:`SampledFedAvg`); the paper uses 0.2 with 100 sites. It needs
             ``min_clients == num_sites``, so that every site is there for the draw. 1 trains every site.
-        dataset, data_root, download, site_data, partition, beta, seed, local_epochs, batch_size, lr, momentum,
-            weight_decay, device, num_threads, amp: passed to the executor (see :class:`FedAvgExecutor`). With
-            ``dataset="image_folder"`` or ``"datalist"`` every site trains on its own images (``site_data`` gives
-            ``class_names`` and the image settings; see ``docs/hospital_data.md``), and ``data_root`` is each site's
-            own path: leave it unset for the sites to choose, or give one per site with
-            ``set_per_site_config(recipe, {"hospital-1": {"data_root": ...}})`` (keys: :data:`PER_SITE_KEYS`).
+        dataset, data_root, site_path, download, site_data, partition, beta, seed, local_epochs, batch_size, lr,
+            momentum, weight_decay, device, num_threads, amp: passed to the executor (:class:`DataSpec`,
+            :class:`TrainingSpec`). With ``dataset="image_folder"`` or ``"datalist"`` every site trains on its own
+            images (``site_data`` gives ``class_names`` and the image settings; see ``docs/hospital_data.md``), found
+            at the site's ``site_path``: leave it unset for the sites to choose, or give one per site with
+            ``set_per_site_config(recipe, {"hospital-1": {"site_path": ...}})`` (keys: :data:`PER_SITE_KEYS`).
         server_evaluation: evaluate every round's global model on the server's copy of the test split (the papers'
             figure and the key metric). False where the server holds no data: the key metric is then the weighted
             mean of the sites' local accuracy of the global model. Default: True for a named dataset, False for the
@@ -124,6 +124,7 @@ class FedAvgBaselineRecipe(Recipe):
     num_sites: Optional[int] = None
     dataset: str = DataSpec.dataset
     data_root: Optional[str] = DataSpec.data_root
+    site_path: Optional[str] = DataSpec.site_path
     download: bool = DataSpec.download
     site_data: Optional[Dict[str, Any]] = DataSpec.site_data
     arch: str = "simple_cnn"
@@ -190,6 +191,7 @@ class FedAvgBaselineRecipe(Recipe):
         data = DataSpec(
             dataset=self.dataset,
             data_root=self.data_root,
+            site_path=self.site_path,
             download=self.download,
             site_data=self.site_data,
             num_sites=self.num_sites,

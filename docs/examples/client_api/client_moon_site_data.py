@@ -1,6 +1,6 @@
 """client_moon.py on the site's own images: each site finds its folder, decodes it once and streams batches from it.
 
-The folder is ``--data_root`` from the script's ``train_args`` (one per site with NVFlare's ``set_per_site_config``),
+The folder is ``--site_path`` from the script's ``train_args`` (one per site with NVFlare's ``set_per_site_config``),
 else ``/tmp/nvflare/site_data/<site name>``. It holds ``train/<class>/<image>`` (and optionally ``test/``), read with
 nvflare_moon's data layer: the first process decodes every image into a uint8 copy beside them (memory-mapped by
 every later one, so a restart per task costs seconds), and batches are read row by row from it. See
@@ -18,12 +18,12 @@ from nvflare_moon.client import PTMoonHelper
 from nvflare_moon.data import TensorBatchLoader
 from nvflare_moon.data.site_data import SiteDataSettings, load_site_data
 
-DEFAULT_PARENT = "/tmp/nvflare/site_data"  # without --data_root, a site reads DEFAULT_PARENT/<its name>
+DEFAULT_PARENT = "/tmp/nvflare/site_data"  # without --site_path, a site reads DEFAULT_PARENT/<its name>
 
 
-def site_data_root(data_root, site: str) -> str:
-    """The site's image folder: ``data_root`` when its train_args give one, else one named after the site."""
-    return data_root or os.path.join(DEFAULT_PARENT, site)
+def site_folder(site_path, site: str) -> str:
+    """The site's image folder: ``site_path`` when its train_args give one, else one named after the site."""
+    return site_path or os.path.join(DEFAULT_PARENT, site)
 
 
 def main():
@@ -32,7 +32,7 @@ def main():
 
     flare.init()
     site = flare.system_info()["site_name"]
-    root = site_data_root(args.data_root, site)
+    root = site_folder(args.site_path, site)
     class_names = tuple(args.class_names.split(","))
     settings = SiteDataSettings("image_folder", class_names=class_names, image_size=32, channels=3)  # Net's input
     # decoded once into <root>/.nvflare_moon_decoded/, or into the working folder where <root> is read-only

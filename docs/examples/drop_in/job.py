@@ -20,7 +20,7 @@ from nvflare_moon.server import GlobalModelEvaluator, WeightedFedAvgAggregator
 
 
 def build_job(
-    class_names: List[str], data_root: Optional[str] = None, num_sites: int = 2, num_rounds: int = 3
+    class_names: List[str], site_path: Optional[str] = None, num_sites: int = 2, num_rounds: int = 3
 ) -> FedJob:
     job = FedJob(name="hospital_moon", min_clients=num_sites)
     job.set_app_packages(["nvflare_moon"])  # installed on every site: not copied into the job
@@ -31,12 +31,12 @@ def build_job(
     )
     # the server holds no images: it records the sites' accuracy of each global model
     job.to_server(GlobalModelEvaluator(model=model, dataset=None), id="evaluator")
-    # Each site trains on all of its own images. data_root=None: the site's own setting decides where they are
+    # Each site trains on all of its own images. site_path=None: the site's own setting decides where they are
     # ($NVFLARE_MOON_SITE_DATA or local/nvflare_moon_data.json); a path here may hold {SITE_NAME}.
     site_data = {"class_names": class_names, "image_size": 32, "channels": 3}
     executor = MoonExecutor(
         model=model,
-        data=DataSpec(dataset="image_folder", site_data=site_data, data_root=data_root),
+        data=DataSpec(dataset="image_folder", site_data=site_data, site_path=site_path),
         training=TrainingSpec(local_epochs=2, batch_size=16),
         settings=MoonSettings(mu=5.0),
     )
@@ -47,8 +47,8 @@ def build_job(
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--class-names", required=True, help="comma-separated, the label order of every site")
-    parser.add_argument("--data-root", help="the sites' folder, e.g. /data/{SITE_NAME}; default: each site's own")
+    parser.add_argument("--site-path", help="the sites' folder, e.g. /data/{SITE_NAME}; default: each site's own")
     parser.add_argument("--export-to", default="/tmp/nvflare_moon_jobs")
     args = parser.parse_args()
-    build_job(args.class_names.split(","), args.data_root).export_job(args.export_to)
+    build_job(args.class_names.split(","), args.site_path).export_job(args.export_to)
     print(f"exported {args.export_to}/hospital_moon")

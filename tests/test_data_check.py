@@ -255,8 +255,8 @@ def test_data_root_the_old_name_of_site_path_still_works_for_one_release_with_a_
     ) as w:
         executor = DataCheckExecutor("image_folder", SITE_DATA, data_root="/d/old")
     assert executor.site_path == "/d/old" and {warning.filename for warning in w} == {__file__}
-    recipe = DataCheckRecipe(dataset="image_folder", site_data=SITE_DATA, min_clients=2)
-    with pytest.warns(DeprecationWarning, match="use site_path"):
+    recipe = DataCheckRecipe(dataset="image_folder", site_data=SITE_DATA, min_clients=2, site_path="/d/all")
+    with pytest.warns(DeprecationWarning, match="use 'site_path'"):
         set_per_site_config(recipe, {"hospital-1": {"data_root": "/d/1"}, "hospital-2": {"site_path": "/d/2"}})
         recipe.export(str(tmp_path))
     config = json.loads((tmp_path / "data_check" / "app_hospital-1" / "config" / "config_fed_client.json").read_text())

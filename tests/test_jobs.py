@@ -90,9 +90,9 @@ def test_a_data_path_is_the_sites_and_is_not_checked_where_the_job_is_built():
 def test_per_site_settings_are_refused_unless_a_site_may_set_them():
     recipe = MoonRecipe(min_clients=2, dataset="image_folder", site_data={"class_names": ["a", "b"]})
     with pytest.raises(ValueError, match=r"\['lr'\] for site 'site-2' cannot differ between sites in MoonRecipe"):
-        set_per_site_config(recipe, {"site-1": {"data_root": "/a"}, "site-2": {"lr": 0.1}})
+        set_per_site_config(recipe, {"site-1": {"site_path": "/a"}, "site-2": {"lr": 0.1}})
     with pytest.raises(ValueError, match="names 1 site\\(s\\) but min_clients=2"):
-        set_per_site_config(recipe, {"site-1": {"data_root": "/a"}})
+        set_per_site_config(recipe, {"site-1": {"site_path": "/a"}})
     with pytest.raises(ValueError, match="server_evaluation=True needs a test split on the server"):
         MoonRecipe(dataset="datalist", site_data={"class_names": ["a", "b"]}, server_evaluation=True)
 

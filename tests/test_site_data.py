@@ -101,12 +101,14 @@ def test_the_site_root_comes_from_the_job_then_the_variable_then_the_local_file(
     # the key of files written before site_path had its own name
     (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"data_root": "/data/older_file"}))
     assert resolve_site_root(None, "site-1", str(tmp_path)) == "/data/older_file"
+    (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"site_path": "", "data_root": "/data/old"}))
+    assert resolve_site_root(None, "site-1", str(tmp_path)) == "/data/old"
     monkeypatch.setenv(SITE_DATA_ENV, "/data/from_env")
     assert resolve_site_root(None, "site-1", str(tmp_path)) == "/data/from_env"
     assert resolve_site_root("/data/from_job", "site-1", str(tmp_path)) == "/data/from_job"
     monkeypatch.delenv(SITE_DATA_ENV)
     (tmp_path / "local" / "nvflare_moon_data.json").write_text(json.dumps({"root": "/x"}))
-    with pytest.raises(SiteDataError, match=r'must hold \{"site_path": "/path/to/images"\}, got \{\'root\': \'/x\'\}'):
+    with pytest.raises(SiteDataError, match=r'must hold \{"site_path": "/path/to/images"\}, got site_path=None'):
         resolve_site_root(None, "site-1", str(tmp_path))
     (tmp_path / "local" / "nvflare_moon_data.json").write_text("{not json")
     with pytest.raises(SiteDataError, match="cannot read .*nvflare_moon_data.json .JSONDecodeError"):

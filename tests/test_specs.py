@@ -47,12 +47,27 @@ def test_a_sites_own_images_are_at_site_path_and_data_root_is_its_old_name_for_o
     assert old == spec and {warning.filename for warning in warned} == {__file__}
     # one path per site: site_path, or data_root (its old name) as NVFlare's set_per_site_config gives it
     recipe = MoonRecipe(min_clients=2, dataset="image_folder", site_data=site_data)
-    with pytest.warns(DeprecationWarning, match="use site_path"):
+    with pytest.warns(DeprecationWarning, match="use 'site_path'"):
         set_per_site_config(recipe, {"site-1": {"site_path": "/h1"}, "site-2": {"data_root": "/h2"}})
         paths = {
             site: recipe._site_executor(overrides).data.site_path for site, overrides in recipe.per_site_config.items()
         }
     assert paths == {"site-1": "/h1", "site-2": "/h2"}
+    # a location for every site in the recipe, replaced per site by either name
+    with pytest.warns(DeprecationWarning, match="use '?site_path") as warned:
+        recipe = MoonRecipe(min_clients=2, dataset="image_folder", site_data=site_data, data_root="/all/{SITE_NAME}")
+        set_per_site_config(recipe, {"site-1": {"data_root": "/h1"}, "site-2": {"device": "cpu"}})
+        paths = {
+            site: recipe._site_executor(overrides).data.site_path for site, overrides in recipe.per_site_config.items()
+        }
+    assert paths == {"site-1": "/h1", "site-2": "/all/{SITE_NAME}"}
+    assert {warning.filename for warning in warned} == {__file__}  # the user's lines, past dataclasses.replace
+    with pytest.raises(ValueError, match="site 'site-1' gives site_path and data_root; give site_path"):
+        set_per_site_config(
+            MoonRecipe(min_clients=2, dataset="image_folder", site_data=site_data),
+            {"site-1": {"data_root": "/h1", "site_path": "/h1"}, "site-2": {}},
+        )
+    assert DataSpec(dataset="image_folder", site_data=site_data, data_root="").site_path is None  # "" is unset
 
 
 def test_the_recipe_passes_its_specs_whole_to_every_sites_executor():

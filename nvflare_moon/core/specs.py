@@ -9,7 +9,6 @@ still accepted for one release (:func:`take_flat_fields`).
 """
 
 import dataclasses
-import os
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Type, TypeVar
@@ -66,7 +65,7 @@ class DataSpec:
         elif not _is_torch_dataset(self.dataset):
             raise ValueError(f"dataset must be a dataset name or a torch Dataset, got {type(self.dataset).__name__}")
         self._take_site_path_from_data_root()
-        if self.site_path is not None and (not isinstance(self.site_path, (str, os.PathLike)) or not self.site_path):
+        if self.site_path is not None and (not isinstance(self.site_path, str) or not self.site_path):
             raise ValueError(f"site_path must be the site's folder or manifest, or None, got {self.site_path!r}")
         if self.site_path is not None and not self.own_images:
             raise ValueError(
@@ -82,6 +81,9 @@ class DataSpec:
     def _take_site_path_from_data_root(self) -> None:
         """For one release: ``data_root`` given with the site's own images is its ``site_path``, with a warning."""
         if not self.own_images or self.data_root is None:
+            return
+        if self.data_root == "":  # unset, as the site's own setting then decides
+            object.__setattr__(self, "data_root", None)
             return
         if self.site_path is not None:
             raise ValueError(

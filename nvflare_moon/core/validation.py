@@ -1,5 +1,6 @@
 """Argument checks shared by every component, with messages that name the argument and its valid range."""
 
+import dataclasses
 import importlib
 import math
 import os
@@ -76,15 +77,18 @@ def take_renamed(kwargs: Dict[str, Any], old: str, new: str, value: Any, default
 
 
 def users_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the user's line: the first caller outside ``nvflare_moon``,
-    however many of its constructors (a method's, then its base's) stand between."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    """The ``stacklevel`` that points a warning at the user's line: the first caller outside ``nvflare_moon`` and
+    NVFlare (whose ``set_per_site_config`` calls our recipes back), however many constructors stand between."""
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    nvflare = sys.modules.get("nvflare")  # not imported: none of its frames can be on the stack
+    packages = (ours, os.path.dirname(os.path.abspath(nvflare.__file__)) + os.sep) if nvflare else (ours,)
     frame, level = sys._getframe(2), 2  # level 1: the function that warns
-    while frame is not None and (frame.f_code.co_filename.startswith(package) or _generated_init(frame.f_code)):
+    while frame is not None and (frame.f_code.co_filename.startswith(packages) or _generated_init(frame.f_code)):
         frame, level = frame.f_back, level + 1
     return level
 
 
 def _generated_init(code) -> bool:
-    """Whether ``code`` is the ``__init__`` that ``dataclasses`` writes for a class (a recipe's)."""
-    return code.co_name == "__init__" and code.co_filename == "<string>"
+    """Whether ``code`` is the ``__init__`` that ``dataclasses`` writes for a class (a recipe's), or
+    ``dataclasses.replace``, which calls it."""
+    return (code.co_name == "__init__" and code.co_filename == "<string>") or code.co_filename == dataclasses.__file__

@@ -84,9 +84,10 @@ def resolve_site_root(site_path: Optional[str], site: str, workspace_root: str) 
                 settings = json.load(f)
         except (OSError, ValueError) as e:
             raise SiteDataError(f"{site}: cannot read {config} ({type(e).__name__}: {e})") from e
-        value = settings.get(SITE_PATH_KEY, settings.get(OLD_SITE_PATH_KEY)) if isinstance(settings, dict) else None
-        if not isinstance(value, str) or not value:
-            raise SiteDataError(f"{site}: {config} must hold {example}, got {settings!r}")
+        values = [settings.get(key) for key in (SITE_PATH_KEY, OLD_SITE_PATH_KEY)] if isinstance(settings, dict) else []
+        value = next((v for v in values if v), None)
+        if not isinstance(value, str):
+            raise SiteDataError(f"{site}: {config} must hold {example}, got {SITE_PATH_KEY}={value!r}")
         return os.path.expanduser(value)
     raise SiteDataError(
         f"{site} has no data location: the job sets no site_path, ${SITE_DATA_ENV} is not set on this site, and "

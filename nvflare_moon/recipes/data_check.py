@@ -26,13 +26,14 @@ from .sites import (
     byoc_marker,
     check_per_site_config,
     note_exported_without_custom,
+    site_path_from_data_root,
 )
 from ..server import DataCheckController
 from ..sim.fixes import COMPONENT_ID, SimulatorFixes
 from ..core.validation import check_flag, check_number, take_renamed
 
-# what set_per_site_config may set for one site in a data check: where its data is (data_root: its old name)
-DATA_CHECK_PER_SITE_KEYS = ("site_path", "data_root")
+# what set_per_site_config may set for one site in a data check: where its data is (its old name data_root is renamed)
+DATA_CHECK_PER_SITE_KEYS = ("site_path",)
 
 
 class DataCheckRecipe(Recipe):
@@ -100,7 +101,7 @@ class DataCheckRecipe(Recipe):
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
         """NVFlare's ``set_per_site_config``: one client app per named site, with its own ``site_path``."""
         self.per_site_config = check_per_site_config(
-            config,
+            site_path_from_data_root(config, type(self).__name__),
             DATA_CHECK_PER_SITE_KEYS,
             self.min_clients,
             type(self).__name__,

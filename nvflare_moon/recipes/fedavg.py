@@ -52,6 +52,7 @@ from .sites import (
     byoc_marker,
     check_per_site_config,
     note_exported_without_custom,
+    site_path_from_data_root,
 )
 
 # What set_per_site_config may set for one site: where its data is and what it computes on, never the algorithm.
@@ -289,6 +290,8 @@ class FedAvgBaselineRecipe(Recipe):
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
         """NVFlare's ``set_per_site_config``: one client app per named site, with that site's :data:`PER_SITE_KEYS`
         (its data path, device, threads); refused for any other key, so that nothing is silently ignored."""
+        if self.data_spec.own_images:
+            config = site_path_from_data_root(config, type(self).__name__)
         self.per_site_config = check_per_site_config(
             config, PER_SITE_KEYS, self.min_clients, type(self).__name__, self._site_executor
         )

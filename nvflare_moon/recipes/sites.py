@@ -5,6 +5,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from nvflare.apis.job_def import ALL_SITES, SERVER_SITE_NAME
@@ -12,6 +13,7 @@ from nvflare.job_config.api import FedJob
 from nvflare.recipe import SimEnv
 from nvflare.recipe.spec import ExecEnv
 
+from ..core.validation import users_stacklevel
 from ..ops.allow_list import allow_plugin
 
 _LOG = logging.getLogger(__name__)
@@ -20,6 +22,25 @@ _BYOC_README = os.path.join(os.path.dirname(__file__), "job_custom", "README.md"
 
 # the components of one site's app, made from that site's overrides: [(component, FedJob.to's keyword arguments)]
 ClientComponents = Callable[[Dict[str, Any]], List[Tuple[Any, Dict[str, Any]]]]
+
+
+def site_path_from_data_root(config: Dict[str, Dict[str, Any]], recipe_name: str) -> Dict[str, Dict[str, Any]]:
+    """``config`` with each site's ``data_root``, the old name of ``site_path`` for a site's own images, renamed, with
+    a DeprecationWarning (for one release), so that it replaces the recipe's location as ``site_path`` does."""
+    renamed = {}
+    for site, overrides in config.items():
+        if isinstance(overrides, dict) and "data_root" in overrides:
+            if "site_path" in overrides:
+                raise ValueError(f"set_per_site_config: site {site!r} gives site_path and data_root; give site_path")
+            warnings.warn(
+                f"set_per_site_config({{{site!r}: {{'data_root': ...}}}}) for a site's own images in {recipe_name} is "
+                "deprecated and will be removed in the next release: use 'site_path'",
+                DeprecationWarning,
+                stacklevel=users_stacklevel(),
+            )
+            overrides = {("site_path" if key == "data_root" else key): value for key, value in overrides.items()}
+        renamed[site] = overrides
+    return renamed
 
 
 def check_per_site_config(

@@ -44,7 +44,15 @@ def parse_script_args(site_data: bool = False) -> argparse.Namespace:
     those of ``client_moon_site_data.py``, the site's own image folder, instead of CIFAR-10's."""
     parser = argparse.ArgumentParser()
     if site_data:
-        parser.add_argument("--site_path", "--site-path", default=None, help="the site's folder (default: by its name)")
+        parser.add_argument(
+            "--site_path",
+            "--site-path",
+            "--data_root",
+            "--data-root",
+            dest="site_path",
+            default=None,
+            help="the site's folder (default: by its name); --data_root is its old name",
+        )
         parser.add_argument("--class_names", required=True, help="the label order, comma-separated, on every site")
     else:
         parser.add_argument("--dataset", default="cifar10", choices=["cifar10", "synthetic"])

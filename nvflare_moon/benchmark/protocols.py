@@ -116,7 +116,7 @@ class Protocol:
 
 ALL_METHODS = ("fedavg", "fedprox", "scaffold", "solo", "moon", "fedssc", "fedsiam_da")
 
-# Chosen from a measured MOON round on this 2-core machine; see docs/results.md ("The quick protocol").
+# Chosen from a measured MOON round on this 2-core machine; see docs/benchmark.md ("The quick protocol").
 QUICK = Settings(local_epochs=2, rounds=25)
 # Enough to rank options; the references are quick's own runs at round 10 (the same computation, cut short).
 QUICK_10_ROUNDS = replace(QUICK, rounds=10)

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -668,3 +669,29 @@ def test_the_summary_of_interrupted_runs_shows_how_far_each_got(tmp_path):
     assert f"- In progress: {specs[1].run_id}, 2 of 100 rounds done, test accuracy 29.69% after round 1." in summary
     assert (tmp_path / "accuracy_so_far.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "(accuracy_so_far.png)" in summary
+
+
+@pytest.mark.parametrize(
+    "protocol, arguments, finished, missing",
+    [
+        ("paper", ["--methods", "moon,fedavg,fedprox,scaffold,solo", "--seeds", "0,1,2"], 12, 3),
+        # quantization and privacy filters, whose classes moved to nvflare_moon.filters after these runs were made
+        ("privacy_bandwidth", [], 5, 0),
+    ],
+)
+def test_the_committed_records_are_summarised_again_without_the_dataset(
+    tmp_path, protocol, arguments, finished, missing
+):
+    """Every finished record under docs/results/<protocol>/runs still matches the job this code exports (its digest),
+    and the summary is rewritten from the records alone: without CIFAR-10 only the partition plot is left out."""
+    shutil.copytree(REPO / "docs" / "results" / protocol / "runs", tmp_path / "runs")
+    command = [sys.executable, "-m", "nvflare_moon.benchmark", "--protocol", protocol, *arguments, "--summary-only"]
+    env = dict(os.environ, NVFLARE_MOON_DATA=str(tmp_path / "no_data"))
+    done = subprocess.run([*command, "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == (1 if missing else 0), done.stdout + done.stderr
+    assert f"{finished} already finished" in done.stdout and "another job" not in done.stdout + done.stderr
+    summary = (tmp_path / protocol / "summary.md").read_text()
+    assert "(The partition plot at β = 0.5 is left out: cifar10 was not found; give --data-root.)" in summary
+    committed = (REPO / "docs" / "results" / protocol / "summary.md").read_text()
+    table = summary[summary.index("## Final top-1 accuracy") : summary.index("## Plots")]
+    assert table in committed  # the committed page is what the benchmark writes from these records

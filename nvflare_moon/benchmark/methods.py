@@ -138,14 +138,14 @@ class SimulatorMethod:
 
 def _job_configs(job_dir: str) -> Dict[str, Any]:
     """Every config file of a job folder, by its path in the folder, in one form whatever the executors' layout
-    (:func:`flat_spec_args`); the simulator's fixes aside, which change a run's time and nothing it computes (so
+    (:func:`flat_spec_args`) and the modules' names (:func:`earlier_class_paths`); the simulator's fixes aside, which change a run's time and nothing it computes (so
     records and resume points from before they were a job component still match)."""
     configs = {}
     for folder, _, files in os.walk(job_dir):
         for name in files:
             if name.endswith(".json") and not name.startswith(".__nvfl"):
                 with open(os.path.join(folder, name)) as f:
-                    config = flat_spec_args(json.load(f))
+                    config = earlier_class_paths(flat_spec_args(json.load(f)))
                 if name == "config_fed_server.json":
                     config["components"] = without_simulator_fixes(config.get("components", []))
                 configs[os.path.relpath(os.path.join(folder, name), job_dir)] = config
@@ -187,6 +187,29 @@ def flat_spec_args(config: Any) -> Any:
                 args.update({prefix + field: field_value for field, field_value in value.get("args", {}).items()})
         flat["args"] = args
     return flat
+
+
+# Modules whose classes a job's configs name, renamed after records were made (095503b moved the filters): a job is
+# compared under the earlier names, which the records' digests were taken with.
+EARLIER_MODULES = {
+    "nvflare_moon.filters.quantization.": "nvflare_moon.quantization.",
+    "nvflare_moon.filters.privacy.": "nvflare_moon.privacy.",
+    "nvflare_moon.filters.encryption.": "nvflare_moon.encryption.",
+}
+
+
+def earlier_class_paths(config: Any) -> Any:
+    """``config`` with every component's class path under its module's earlier name (:data:`EARLIER_MODULES`)."""
+    if isinstance(config, list):
+        return [earlier_class_paths(item) for item in config]
+    if not isinstance(config, dict):
+        return config
+    renamed = {key: earlier_class_paths(value) for key, value in config.items()}
+    path = renamed.get("path")
+    for module, earlier in EARLIER_MODULES.items():
+        if isinstance(path, str) and path.startswith(module):
+            renamed["path"] = earlier + path[len(module) :]
+    return renamed
 
 
 @dataclass(frozen=True)

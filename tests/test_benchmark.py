@@ -671,13 +671,11 @@ def test_the_summary_of_interrupted_runs_shows_how_far_each_got(tmp_path):
     assert "(accuracy_so_far.png)" in summary
 
 
+# Not privacy_bandwidth: NVFlare writes a filter chain's tasks in a set's order (job_config/base_app_config.py), which
+# changes from one process to the next, so a job with filters has no stable digest to compare.
 @pytest.mark.parametrize(
     "protocol, arguments, finished, missing",
-    [
-        ("paper", ["--methods", "moon,fedavg,fedprox,scaffold,solo", "--seeds", "0,1,2"], 12, 3),
-        # quantization and privacy filters, whose classes moved to nvflare_moon.filters after these runs were made
-        ("privacy_bandwidth", [], 5, 0),
-    ],
+    [("paper", ["--methods", "moon,fedavg,fedprox,scaffold,solo", "--seeds", "0,1,2"], 12, 3)],
 )
 def test_the_committed_records_are_summarised_again_without_the_dataset(
     tmp_path, protocol, arguments, finished, missing

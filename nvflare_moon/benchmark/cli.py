@@ -7,7 +7,8 @@
 
 Each run is a real NVFlare simulator job (SOLO: its script) exported with the protocol's settings; finished runs are
 recorded in ``<out>/runs/`` and skipped when the same command runs again. ``<out>/<protocol>/`` receives
-``summary.md``, the plots and the per-round CSV. Protocols and methods: ``--list``; docs: ``docs/benchmark.md`` (the tool) and ``docs/results.md``.
+``summary.md``, the plots and the per-round CSV. Protocols and methods: ``--list``; docs: ``docs/benchmark.md`` (the
+tool) and ``docs/results.md``.
 """
 
 import argparse

@@ -138,8 +138,9 @@ class SimulatorMethod:
 
 def _job_configs(job_dir: str) -> Dict[str, Any]:
     """Every config file of a job folder, by its path in the folder, in one form whatever the executors' layout
-    (:func:`flat_spec_args`) and the modules' names (:func:`earlier_class_paths`); the simulator's fixes aside, which change a run's time and nothing it computes (so
-    records and resume points from before they were a job component still match)."""
+    (:func:`flat_spec_args`) and the modules' names (:func:`earlier_class_paths`); the simulator's fixes aside, which
+    change a run's time and nothing it computes (so records and resume points from before they were a job component
+    still match)."""
     configs = {}
     for folder, _, files in os.walk(job_dir):
         for name in files:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Type, TypeVar
 
 from ..data import DATASETS, PARTITION_METHODS
-from ..data.site_files import SITE_DATASETS
+from ..data.site_files import SITE_DATASETS, check_site_path
 from .dp import DPSettings, require_opacus
 from .runtime import resolve_device
 from .validation import check_choice, check_flag, check_number, users_stacklevel
@@ -65,8 +65,7 @@ class DataSpec:
         elif not _is_torch_dataset(self.dataset):
             raise ValueError(f"dataset must be a dataset name or a torch Dataset, got {type(self.dataset).__name__}")
         self._take_site_path_from_data_root()
-        if self.site_path is not None and (not isinstance(self.site_path, str) or not self.site_path):
-            raise ValueError(f"site_path must be the site's folder or manifest, or None, got {self.site_path!r}")
+        check_site_path(self.site_path)
         if self.site_path is not None and not self.own_images:
             raise ValueError(
                 f"site_path is the folder of a site's own images (dataset 'image_folder' or 'datalist'), not of "

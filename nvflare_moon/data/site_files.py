@@ -69,6 +69,12 @@ def check_class_names(class_names: Sequence[str]) -> tuple:
     return names
 
 
+def check_site_path(site_path: Optional[str]) -> None:
+    """Raise ValueError, naming ``site_path``, unless it is None or a non-empty path string."""
+    if site_path is not None and (not isinstance(site_path, str) or not site_path):
+        raise ValueError(f"site_path must be the site's folder or manifest, or None, got {site_path!r}")
+
+
 def resolve_site_root(site_path: Optional[str], site: str, workspace_root: str) -> str:
     """The site's data location: ``site_path`` if set, else ``$NVFLARE_MOON_SITE_DATA``, else the ``site_path`` of
     ``<workspace_root>/local/nvflare_moon_data.json``; user-expanded. Raises SiteDataError naming all three."""

@@ -263,3 +263,14 @@ def test_data_root_the_old_name_of_site_path_still_works_for_one_release_with_a_
     assert config["executors"][0]["executor"]["args"]["site_path"] == "/d/1"
     with pytest.raises(TypeError, match="give site_path alone"):
         DataCheckExecutor("image_folder", SITE_DATA, site_path="/d/new", data_root="/d/old")
+
+
+@pytest.mark.parametrize("make", [DataCheckExecutor, DataCheckRecipe], ids=["executor", "recipe"])
+def test_both_classes_refuse_an_unknown_name_and_an_empty_site_path_when_built(make):
+    required = dict(dataset="image_folder", site_data=SITE_DATA)
+    if make is DataCheckRecipe:
+        required["min_clients"] = 2
+    with pytest.raises(TypeError, match=rf"{make.__name__} got unexpected keyword argument\(s\) data_dir, sites"):
+        make(**required, data_dir="/d", sites=2)
+    with pytest.raises(ValueError, match="site_path must be"):
+        make(**required, site_path="")

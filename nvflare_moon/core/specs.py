@@ -17,7 +17,7 @@ from ..data import DATASETS, PARTITION_METHODS
 from ..data.site_files import SITE_DATASETS, check_site_path
 from .dp import DPSettings, require_opacus
 from .runtime import resolve_device
-from .validation import check_choice, check_flag, check_number, users_stacklevel
+from .validation import check_choice, check_flag, check_number, reject_unknown, users_stacklevel
 
 
 @dataclass(frozen=True)
@@ -217,8 +217,7 @@ def executor_specs(
     data = spec_argument(DataSpec, data, flat_fields, owner=owner, argument="data")
     training = spec_argument(TrainingSpec, training, flat_fields, owner=owner, argument="training")
     dp = spec_argument(DPSettings, dp, flat_fields, owner=owner, argument="dp", prefix="dp_", default=False)
-    if flat_fields:
-        raise TypeError(f"{owner} got unexpected keyword argument(s) {', '.join(sorted(flat_fields))}")
+    reject_unknown(owner, flat_fields)
     if dp is not None:
         require_opacus()
     return data, training, dp

@@ -76,6 +76,13 @@ def take_renamed(kwargs: Dict[str, Any], old: str, new: str, value: Any, default
     return old_value
 
 
+def reject_unknown(owner: str, kwargs: Dict[str, Any]) -> None:
+    """Raise the TypeError Python raises for an unexpected keyword argument, naming ``owner`` and every name left in
+    ``kwargs`` (a constructor's ``**kwargs`` after its old names were taken out)."""
+    if kwargs:
+        raise TypeError(f"{owner} got unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
+
+
 def users_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the user's line: the first caller outside ``nvflare_moon`` and
     NVFlare (whose ``set_per_site_config`` calls our recipes back), however many constructors stand between."""

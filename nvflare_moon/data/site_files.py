@@ -30,6 +30,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from ..core.validation import reject_unknown, take_renamed
+
 SITE_DATASETS = ("image_folder", "datalist")
 SITE_DATA_ENV = "NVFLARE_MOON_SITE_DATA"
 SITE_DATA_FILE = "nvflare_moon_data.json"  # in the site's <workspace>/local/
@@ -73,6 +75,15 @@ def check_site_path(site_path: Optional[str]) -> None:
     """Raise ValueError, naming ``site_path``, unless it is None or a non-empty path string."""
     if site_path is not None and (not isinstance(site_path, str) or not site_path):
         raise ValueError(f"site_path must be the site's folder or manifest, or None, got {site_path!r}")
+
+
+def site_path_argument(site_path: Optional[str], old_names: dict, *, owner: str) -> Optional[str]:
+    """The checked ``site_path`` of ``owner``'s constructor: the argument, or for one release its old name
+    ``data_root`` taken out of ``old_names`` (the constructor's ``**kwargs``), where any other name is refused."""
+    site_path = take_renamed(old_names, "data_root", "site_path", site_path, None, owner=owner)
+    reject_unknown(owner, old_names)
+    check_site_path(site_path)
+    return site_path
 
 
 def resolve_site_root(site_path: Optional[str], site: str, workspace_root: str) -> str:

@@ -20,9 +20,9 @@ from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 
 from ..data.site_data import list_and_decode, site_data_settings
-from ..data.site_files import SITE_DATASETS, SiteDataError, check_site_path, resolve_site_root
+from ..data.site_files import SITE_DATASETS, SiteDataError, resolve_site_root, site_path_argument
 from ..data.site_report import DATA_CHECK_TASK, REPORT_KEY, redact_paths, site_report
-from ..core.validation import check_choice, check_number, take_renamed
+from ..core.validation import check_choice, check_number
 
 
 class DataCheckExecutor(Executor):
@@ -50,12 +50,9 @@ class DataCheckExecutor(Executor):
         **old_names,
     ):
         super().__init__()
-        site_path = take_renamed(old_names, "data_root", "site_path", site_path, None, owner=type(self).__name__)
-        if old_names:
-            raise TypeError(f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(sorted(old_names))}")
+        site_path = site_path_argument(site_path, old_names, owner=type(self).__name__)
         check_choice("dataset", dataset, SITE_DATASETS)
         self._settings = site_data_settings(dataset, site_data, seed=0)  # the seed draws no held-out rows here
-        check_site_path(site_path)
         check_number("min_count", min_count, low=1, integer=True)
         if not isinstance(task_name, str) or not task_name:
             raise ValueError(f"task_name must be a task name, got {task_name!r}")

@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional
 from nvflare.job_config.api import FedJob
 from nvflare.recipe.spec import ExecEnv, Recipe
 
+from ..data.site_files import site_path_argument
 from ..data.site_report import DATA_CHECK_TASK
 from ..executors.data_check import DataCheckExecutor
 from .sites import (
@@ -30,7 +31,7 @@ from .sites import (
 )
 from ..server import DataCheckController
 from ..sim.fixes import COMPONENT_ID, SimulatorFixes
-from ..core.validation import check_flag, check_number, take_renamed
+from ..core.validation import check_flag, check_number
 
 # what set_per_site_config may set for one site in a data check: where its data is (its old name data_root is renamed)
 DATA_CHECK_PER_SITE_KEYS = ("site_path",)
@@ -66,9 +67,7 @@ class DataCheckRecipe(Recipe):
         byoc: bool = True,
         **old_names,
     ):
-        site_path = take_renamed(old_names, "data_root", "site_path", site_path, None, owner=type(self).__name__)
-        if old_names:
-            raise TypeError(f"{type(self).__name__} got unexpected keyword argument(s) {', '.join(sorted(old_names))}")
+        site_path = site_path_argument(site_path, old_names, owner=type(self).__name__)
         check_number("min_clients", min_clients, low=1, integer=True)
         check_flag("byoc", byoc)
         self.dataset = dataset

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from nvflare.recipe.utils import set_per_site_config
 
 from nvflare_moon.benchmark.methods import METHODS
 from nvflare_moon.core.state import SiteStateStore, StateUnusable
@@ -20,6 +21,7 @@ from nvflare_moon.ops.export_jobs import JOBS
 from nvflare_moon.recipes import FedAvgBaselineRecipe
 
 from .conftest import REPO, TINY_TRAINING, export_and_run
+from .site_images import write_image_folder
 
 # --- the registry ---------------------------------------------------------------------------------------------------
 
@@ -203,10 +205,25 @@ def test_the_client_api_helper_keeps_the_batch_norm_across_a_restarted_script(tm
 @pytest.fixture(scope="module")
 def fedbn_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("fedbn")
-    # one thread in both runs: ResNet-18's convolutions sum in another order with more threads, and two rounds of
-    # BatchNorm training amplify that rounding into visibly different models
-    tiny = {**TINY_TRAINING, "local_epochs": 1}
-    recipe = FedBNRecipe(name="fedbn_tiny", min_clients=2, num_rounds=2, num_threads=1, **tiny)
+    # ResNet-18 (the smallest network here with BatchNorm) on a few small images per site: the sites' class mixes
+    # differ, so do their BatchNorm statistics. One thread in both runs: ResNet-18's convolutions sum in another order
+    # with more threads, and two rounds of BatchNorm training amplify that rounding into visibly different models.
+    folders = {
+        "site-1": write_image_folder(root / "site-1", ["a", "b"], {"a": 14, "b": 6}, {"a": 4, "b": 4}),
+        "site-2": write_image_folder(root / "site-2", ["a", "b"], {"a": 5, "b": 15}, {"a": 4, "b": 4}),
+    }
+    recipe = FedBNRecipe(
+        name="fedbn_tiny",
+        dataset="image_folder",
+        site_data={"class_names": ["a", "b"], "image_size": 32},
+        min_clients=2,
+        num_rounds=2,
+        local_epochs=1,
+        batch_size=8,
+        lr=0.05,
+        num_threads=1,
+    )
+    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})
     return {t: export_and_run(recipe, root, n=2, t=t, tag=f"_t{t}") for t in (2, 1)}
 
 

@@ -20,7 +20,7 @@ from nvflare_moon.models import Network
 from nvflare_moon.ops.export_jobs import JOBS
 from nvflare_moon.recipes import FedAvgBaselineRecipe
 
-from .conftest import REPO, TINY_TRAINING, export_and_run
+from .conftest import REPO, export_and_run
 from .site_images import write_image_folder
 
 # --- the registry ---------------------------------------------------------------------------------------------------

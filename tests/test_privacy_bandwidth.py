@@ -19,7 +19,6 @@ import nvflare_moon.server as server
 from nvflare_moon.recipes import MoonScriptRecipe
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import (
-    FedAvgBaselineRecipe,
     FedProxRecipe,
     FedSiamDARecipe,
     FedSSCRecipe,
@@ -177,8 +176,8 @@ def test_script_recipes_quantize_both_ways(tmp_path):
 
 # ---- in the simulator ---------------------------------------------------------------------------------------------
 
+# FedAvg is left out: its sites and server are FedProx's, which also sends its μ in the meta beside the quantized weights
 METHODS = {
-    "fedavg": FedAvgBaselineRecipe,
     "fedprox": FedProxRecipe,
     "moon": MoonRecipe,
     "fedssc": FedSSCRecipe,
@@ -218,7 +217,7 @@ def transfer_sizes(run, site, direction):
 @pytest.mark.parametrize("method", list(METHODS))
 def test_quantized_updates_aggregate_to_the_fp16_rounded_uploads_and_halve_the_traffic(method, simulate):
     recipe = METHODS[method](
-        name=f"{method}_fp16", min_clients=2, num_rounds=2, quantization="float16", **TINY_TRAINING
+        name=f"{method}_fp16", min_clients=2, num_rounds=1, quantization="float16", **TINY_TRAINING
     )
     run = simulate(recipe, n=2, t=2)
     assert run.returncode == 0, run.output[-3000:]

@@ -29,7 +29,8 @@ from .conftest import REPO, TINY_TRAINING, export_and_run
 from .executor_harness import run_task, site_context, started, tiny_dataset
 
 SITES = ["site-1", "site-2", "site-3"]
-ROUNDS = 3
+RUN_SITES = SITES[:2]  # the sites of the simulator runs
+ROUNDS = 2
 
 
 def n_params(model):
@@ -475,9 +476,9 @@ def test_executor_builds_the_working_copy_from_the_received_weights_and_steps_it
 
 @pytest.fixture(scope="module")
 def fedsiam_run(tmp_path_factory):
-    recipe = FedSiamDARecipe(name="fedsiam_tiny", min_clients=3, num_rounds=ROUNDS, **TINY_TRAINING)
+    recipe = FedSiamDARecipe(name="fedsiam_tiny", min_clients=2, num_rounds=ROUNDS, **TINY_TRAINING)
     # -t < -n: the simulator restarts the client processes for every task
-    return export_and_run(recipe, tmp_path_factory.mktemp("fedsiam_e2e"), n=3, t=2)
+    return export_and_run(recipe, tmp_path_factory.mktemp("fedsiam_e2e"), n=2, t=1)
 
 
 @pytest.mark.e2e
@@ -487,8 +488,8 @@ def test_fedsiam_da_job_runs_with_restarted_clients_and_persisted_history(fedsia
     metrics = run.global_metrics()
     assert [m["round"] for m in metrics] == list(range(ROUNDS))
     # only round 0 lacks a previous upload: later rounds find it although every task runs in a new process
-    assert run.output.count("no previous upload yet") == len(SITES)
-    for site in SITES:
+    assert run.output.count("no previous upload yet") == len(RUN_SITES)
+    for site in RUN_SITES:
         assert run.last_upload(site, "fedsiam_da_state")[0] == ROUNDS - 1
         for record in metrics:
             assert {"train_siamese", "train_history"} <= set(record["site_metrics"][site])
@@ -502,16 +503,16 @@ def test_xi_reaches_the_metrics_file_and_tensorboard_and_builds_the_global_model
     metrics = run.global_metrics()
     for record in metrics:
         xi = record["site_dual_weights"]
-        assert sorted(xi) == SITES and sum(xi.values()) == pytest.approx(1.0, abs=1e-9)
+        assert sorted(xi) == RUN_SITES and sum(xi.values()) == pytest.approx(1.0, abs=1e-9)
         assert all(0 < v < 1 for v in xi.values())
     (events,) = (run.server_dir() / "tb_events" / "global").glob("events.out.tfevents.*")
     tags = EventAccumulator(str(events)).Reload().Tags()["scalars"]
-    assert {f"site_dual_weights/{s}" for s in SITES} <= set(tags)
+    assert {f"site_dual_weights/{s}" for s in RUN_SITES} <= set(tags)
 
     # the final global model is Σ ξ_k·w_k of the last uploads; integer buffers are their weighted FedAvg
     saved = torch.load(run.server_dir() / "app_server" / "FL_global_model.pt", weights_only=False)["model"]
-    uploads = [run.last_upload(s, "fedsiam_da_state")[1] for s in SITES]
-    xi = [metrics[-1]["site_dual_weights"][s] for s in SITES]
+    uploads = [run.last_upload(s, "fedsiam_da_state")[1] for s in RUN_SITES]
+    xi = [metrics[-1]["site_dual_weights"][s] for s in RUN_SITES]
     fedavg = metrics[-1]["site_weights"]
     assert "predictor.0.weight" in saved
     for name, value in saved.items():
@@ -519,7 +520,7 @@ def test_xi_reaches_the_metrics_file_and_tensorboard_and_builds_the_global_model
             expected = sum(x * u[name].double() for x, u in zip(xi, uploads))
             torch.testing.assert_close(value.double(), expected, rtol=1e-5, atol=1e-6)
         else:
-            expected = round(sum(fedavg[s] * float(u[name]) for s, u in zip(SITES, uploads)))
+            expected = round(sum(fedavg[s] * float(u[name]) for s, u in zip(RUN_SITES, uploads)))
             assert int(value) == expected
 
 
@@ -541,7 +542,7 @@ def fedsiam_options_run(tmp_path_factory):
 def test_the_history_round_predictor_and_parameters_options_end_to_end(fedsiam_options_run):
     """history="round": no history term in a site's first round, the previous upload in the next; the server's
     cosines are those of the parameters-only vector of the uploads."""
-    run, sites = fedsiam_options_run, SITES[:2]
+    run, sites = fedsiam_options_run, RUN_SITES
     assert run.returncode == 0, run.output[-3000:]
     metrics = run.global_metrics()
     assert [m["round"] for m in metrics] == [0, 1]

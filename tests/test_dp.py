@@ -326,7 +326,9 @@ TARGET_EPSILON = 8.0
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
     root = tmp_path_factory.mktemp("dp_e2e")
-    recipe = MoonRecipe(name="moon_dp", min_clients=2, num_rounds=2, dp_target_epsilon=TARGET_EPSILON, **TINY_TRAINING)
+    # one epoch: ε is calibrated over all the rounds' steps, however many there are
+    tiny = {**TINY_TRAINING, "local_epochs": 1}
+    recipe = MoonRecipe(name="moon_dp", min_clients=2, num_rounds=2, dp_target_epsilon=TARGET_EPSILON, **tiny)
     return {t: export_and_run(recipe, root, n=2, t=t, tag=f"_t{t}") for t in (2, 1)}
 
 

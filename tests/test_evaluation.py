@@ -2,7 +2,7 @@
 evaluation (``validate``/``submit_model``), the spread across sites and the best global model.
 
 The end-to-end runs use NVFlare's real simulator with ``add_cross_site_evaluation``: FedAvg with every client process
-kept (-n 3 -t 3), its key metric the sites' mean local accuracy (no server evaluation); MOON with a new process per
+kept (-n 2 -t 2), its key metric the sites' mean local accuracy (no server evaluation); MOON with a new process per
 task (-n 2 -t 1), so that ``submit_model`` must read the local model from the persisted state.
 """
 
@@ -46,7 +46,7 @@ from nvflare_moon.recipes import (
 
 from .conftest import TINY_TRAINING, export_and_run
 
-SITES = {3: ["site-1", "site-2", "site-3"], 1: ["site-1", "site-2"]}  # of the run with -t 3 and -t 1
+SITES = {2: ["site-1", "site-2"], 1: ["site-1", "site-2"]}  # of the run with -t 2 and -t 1
 SERVER_MODELS = ["SRV_FL_global_model.pt", "SRV_best_FL_global_model.pt"]
 
 
@@ -197,14 +197,14 @@ def cross_val_results(run) -> dict:
 
 
 @pytest.fixture(scope="module")
-def run_t3(tmp_path_factory):
+def run_t2(tmp_path_factory):
     """FedAvg, every process kept, no server evaluation, with NVFlare's TensorBoard tracking."""
     recipe = FedAvgBaselineRecipe(
-        name="fedavg_eval", min_clients=3, num_rounds=3, server_evaluation=False, **TINY_TRAINING
+        name="fedavg_eval", min_clients=2, num_rounds=3, server_evaluation=False, **TINY_TRAINING
     )
     add_cross_site_evaluation(recipe)
     add_experiment_tracking(recipe, "tensorboard")
-    return export_and_run(recipe, tmp_path_factory.mktemp("evaluation_t3"), n=3, t=3, timeout=900)
+    return export_and_run(recipe, tmp_path_factory.mktemp("evaluation_t2"), n=2, t=2, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -227,14 +227,14 @@ def runs(request):
 
 
 def last_local_model(run, site: str, t: int) -> dict:
-    if t == 3:  # FedAvg keeps it in its own record
+    if t == 2:  # FedAvg keeps it in its own record
         record = torch.load(run.site_dir(site) / "nvflare_moon" / "local_model.pt", weights_only=True)
         return record["payload"]["model"]
     return run.last_upload(site, "moon_state")[1]  # MOON's upload FIFO already holds it
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("t", [3, 1])
+@pytest.mark.parametrize("t", [2, 1])
 def test_cross_site_evaluation_has_every_site_and_the_persisted_models(runs, t):
     run = runs[t]
     assert run.returncode == 0, run.output[-3000:]
@@ -255,7 +255,7 @@ def test_cross_site_evaluation_has_every_site_and_the_persisted_models(runs, t):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("t", [3, 1])
+@pytest.mark.parametrize("t", [2, 1])
 def test_rounds_record_the_local_figures_and_their_spread(runs, t):
     records = runs[t].global_metrics()
     for record in records:
@@ -274,7 +274,7 @@ def test_rounds_record_the_local_figures_and_their_spread(runs, t):
 def test_best_model_is_the_global_model_the_sites_rated_best(runs):
     """Without server evaluation the key metric is the sites' weighted mean local accuracy of the model they received;
     the best file holds that model, and its accuracy recomputed on each site equals what the site reported."""
-    records = runs[3].global_metrics()
+    records = runs[2].global_metrics()
     means = [r["spread"]["accuracy"]["mean"] for r in records]
     best = int(np.argmax(means))
     assert records[-1]["best_model"] == {
@@ -283,19 +283,19 @@ def test_best_model_is_the_global_model_the_sites_rated_best(runs):
         "best_value": means[best],
         "round": best - 1,
     }
-    best_model = saved_global(runs[3], "best_FL_global_model.pt")
-    for site in SITES[3]:
+    best_model = saved_global(runs[2], "best_FL_global_model.pt")
+    for site in SITES[2]:
         reported = records[best]["site_metrics"][site]["accuracy"]
-        assert local_accuracy(best_model, site, 3) == pytest.approx(reported, abs=1e-12)
+        assert local_accuracy(best_model, site, 2) == pytest.approx(reported, abs=1e-12)
 
 
 @pytest.mark.e2e
 def test_site_figures_reach_nvflares_experiment_tracking(runs):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    records = runs[3].global_metrics()
-    for site in SITES[3]:  # written by NVFlare's TBAnalyticsReceiver from the sites' forwarded analytics events
-        events = EventAccumulator(str(runs[3].server_dir() / "tb_events" / site))
+    records = runs[2].global_metrics()
+    for site in SITES[2]:  # written by NVFlare's TBAnalyticsReceiver from the sites' forwarded analytics events
+        events = EventAccumulator(str(runs[2].server_dir() / "tb_events" / site))
         events.Reload()
         for name in ("accuracy", "local_model_accuracy"):
             scalars = events.Scalars(name)

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
+
+# Four workers share two cores, so torch's OpenMP threads often wait for a core. Under OpenMP's default (active) wait
+# policy a waiting thread spins: a 2-thread training loop took 7 times as long beside two busy processes (55 s against
+# 8 s passive, docs/notebook.md). Set before torch is imported, and inherited by every simulator process: it changes
+# how idle threads wait, not what they compute.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SIMULATOR_WORKER = "nvflare.private.fed.app.simulator.simulator_worker"

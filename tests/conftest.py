@@ -177,19 +177,19 @@ def private_temp_dir(tmp_path_factory):
 # workers idle. (Without --no-loadscope-reorder xdist sorts the modules by their number of tests, which put the
 # three-test resume module, the longest, last.) The order is by each module's total time in a full run.
 LONGEST_MODULES = (
-    "test_simulator_resume.py",
     "test_client_api_e2e.py",
+    "test_simulator_resume.py",
     "test_privacy_bandwidth.py",
-    "test_solo.py",
     "test_simulator_speed.py",
+    "test_fail_loud.py",
+    "test_deploy_poc.py",
+    "test_e2e_moon.py",
     "test_evaluation.py",
     "test_deploy_provisioned.py",
-    "test_fail_loud.py",
-    "test_e2e_moon.py",
-    "test_deploy_poc.py",
+    "test_dp.py",
     "test_benchmark.py",
     "test_methods.py",
-    "test_site_images_benchmark.py",
+    "test_deploy_poc_he.py",
 )
 
 

@@ -40,9 +40,9 @@ def assert_failed(run, *words):
 @pytest.mark.e2e
 @pytest.mark.parametrize("n,t", [(2, 2), (2, 1)], ids=["t==n", "t<n"])
 def test_a_site_that_cannot_set_up_ends_the_job(tmp_path, n, t):
-    # the two sites of the synthetic set hold about 300 images each
-    run = run_simulator(export(tmp_path, batch_size=400), tmp_path / "ws", n=n, t=t, timeout=TIMEOUT)
-    assert_failed(run, "cannot start training: site site-", "fewer than batch_size=400", "lower batch_size")
+    # more than the synthetic set's 600 training images: every site fails, whatever its share
+    run = run_simulator(export(tmp_path, batch_size=601), tmp_path / "ws", n=n, t=t, timeout=TIMEOUT)
+    assert_failed(run, "cannot start training: site site-", "fewer than batch_size=601", "lower batch_size")
 
 
 @pytest.mark.e2e

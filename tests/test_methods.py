@@ -206,11 +206,11 @@ def test_the_client_api_helper_keeps_the_batch_norm_across_a_restarted_script(tm
 def fedbn_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("fedbn")
     # ResNet-18 (the smallest network here with BatchNorm) on a few small images per site: the sites' class mixes
-    # differ, so do their BatchNorm statistics. One thread in both runs: ResNet-18's convolutions sum in another order
+    # differ, so do their BatchNorm statistics, and so do their sizes (20 and 28), so the server's mean is weighted. One thread in both runs: ResNet-18's convolutions sum in another order
     # with more threads, and two rounds of BatchNorm training amplify that rounding into visibly different models.
     folders = {
         "site-1": write_image_folder(root / "site-1", ["a", "b"], {"a": 14, "b": 6}, {"a": 4, "b": 4}),
-        "site-2": write_image_folder(root / "site-2", ["a", "b"], {"a": 5, "b": 15}, {"a": 4, "b": 4}),
+        "site-2": write_image_folder(root / "site-2", ["a", "b"], {"a": 5, "b": 23}, {"a": 4, "b": 4}),
     }
     recipe = FedBNRecipe(
         name="fedbn_tiny",
@@ -243,6 +243,7 @@ def test_fedbn_in_the_simulator_keeps_each_sites_batch_norm(fedbn_runs, t):
     assert not torch.equal(one, two)  # each site keeps its own statistics
     # the server averages what the sites upload, BatchNorm included, weighted by their samples
     weights = run.global_metrics()[-1]["site_weights"]
+    assert weights == pytest.approx({"site-1": 20 / 48, "site-2": 28 / 48})  # unequal: a plain mean would differ
     final = torch.load(run.server_dir() / "app_server" / "FL_global_model.pt", weights_only=False)["model"]
     mean = weights["site-1"] * one.numpy() + weights["site-2"] * two.numpy()
     np.testing.assert_allclose(final["backbone.bn1.running_mean"].numpy(), mean, rtol=1e-5, atol=1e-6)

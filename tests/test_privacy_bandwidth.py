@@ -176,7 +176,7 @@ def test_script_recipes_quantize_both_ways(tmp_path):
 
 # ---- in the simulator ---------------------------------------------------------------------------------------------
 
-# FedAvg is left out: its sites and server are FedProx's, which also sends its μ in the meta beside the quantized weights
+# FedAvg is left out: FedProx's sites and server are FedAvg's, with μ in the meta beside the quantized weights
 METHODS = {
     "fedprox": FedProxRecipe,
     "moon": MoonRecipe,

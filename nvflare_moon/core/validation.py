@@ -77,8 +77,8 @@ def take_renamed(kwargs: Dict[str, Any], old: str, new: str, value: Any, default
 
 
 def reject_unknown(owner: str, kwargs: Dict[str, Any]) -> None:
-    """Raise the TypeError Python raises for an unexpected keyword argument, naming ``owner`` and every name left in
-    ``kwargs`` (a constructor's ``**kwargs`` after its old names were taken out)."""
+    """Raise a TypeError for unexpected keyword arguments, naming ``owner`` and every name left in ``kwargs`` (a
+    constructor's ``**kwargs`` after its old names were taken out)."""
     if kwargs:
         raise TypeError(f"{owner} got unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
 

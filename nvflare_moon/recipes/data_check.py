@@ -16,28 +16,26 @@ site's images is then the one training maps, so training starts without decoding
 from typing import Any, Dict, Optional
 
 from nvflare.job_config.api import FedJob
-from nvflare.recipe.spec import ExecEnv, Recipe
 
+from ..core.validation import check_flag, check_number
 from ..data.site_files import site_path_argument
 from ..data.site_report import DATA_CHECK_TASK
 from ..executors.data_check import DataCheckExecutor
-from .sites import (
-    add_client_apps,
-    allow_plugin_in_simulation,
-    byoc_marker,
-    check_per_site_config,
-    note_exported_without_custom,
-    site_path_from_data_root,
-)
 from ..server import DataCheckController
 from ..sim.fixes import COMPONENT_ID, SimulatorFixes
-from ..core.validation import check_flag, check_number
+from .sites import (
+    PluginRecipe,
+    add_client_apps,
+    byoc_marker,
+    check_per_site_config,
+    site_path_from_data_root,
+)
 
 # what set_per_site_config may set for one site in a data check: where its data is (its old name data_root is renamed)
 DATA_CHECK_PER_SITE_KEYS = ("site_path",)
 
 
-class DataCheckRecipe(Recipe):
+class DataCheckRecipe(PluginRecipe):
     """The data check of a federation whose sites train on their own images (no training, no model).
 
     Args:
@@ -87,15 +85,6 @@ class DataCheckRecipe(Recipe):
         if byoc:
             job.to_server(byoc_marker())
         super().__init__(job)
-
-    def process_env(self, env: ExecEnv) -> None:
-        """In ``SimEnv``, a ``byoc=False`` job's participants allow-list the plugin, as real sites do."""
-        super().process_env(env)
-        allow_plugin_in_simulation(env, self._job.name, self.byoc)
-
-    def export(self, job_dir: str, *args, **kwargs) -> None:
-        super().export(job_dir, *args, **kwargs)
-        note_exported_without_custom(job_dir, self._job.name, self.byoc)
 
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
         """NVFlare's ``set_per_site_config``: one client app per named site, with its own ``site_path``."""

@@ -15,7 +15,6 @@ from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.job_config.model import PTModel
 from nvflare.job_config.api import FedJob
 from nvflare.job_config.script_runner import FrameworkType
-from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..core.dp import DPSettings
 from ..core.sampling import sites_per_round
@@ -47,11 +46,10 @@ from ..server import (
 from ..server.evaluator import check_key_metric
 from ..sim.fixes import COMPONENT_ID, SimulatorFixes
 from .sites import (
+    PluginRecipe,
     add_client_apps,
-    allow_plugin_in_simulation,
     byoc_marker,
     check_per_site_config,
-    note_exported_without_custom,
     site_path_from_data_root,
 )
 
@@ -60,7 +58,7 @@ PER_SITE_KEYS = ("site_path", "data_root", "device", "num_threads")
 
 
 @dataclass(eq=False, kw_only=True)
-class FedAvgBaselineRecipe(Recipe):
+class FedAvgBaselineRecipe(PluginRecipe):
     """FedAvg on the MOON network (the papers' baseline); other recipes change only the executor.
 
     Args:
@@ -277,15 +275,6 @@ class FedAvgBaselineRecipe(Recipe):
         if self.sample_fraction < 1:
             return SampledFedAvg(sample_fraction=self.sample_fraction, sample_seed=self.seed, **controller_args)
         return FedAvg(**controller_args)
-
-    def process_env(self, env: ExecEnv) -> None:
-        """In ``SimEnv``, a ``byoc=False`` job's participants allow-list the plugin, as real sites do."""
-        super().process_env(env)
-        allow_plugin_in_simulation(env, self._job.name, self.byoc)
-
-    def export(self, job_dir: str, *args, **kwargs) -> None:
-        super().export(job_dir, *args, **kwargs)
-        note_exported_without_custom(job_dir, self._job.name, self.byoc)
 
     def _apply_per_site_config(self, config: Dict[str, Dict]) -> None:
         """NVFlare's ``set_per_site_config``: one client app per named site, with that site's :data:`PER_SITE_KEYS`

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from nvflare.apis.job_def import ALL_SITES, SERVER_SITE_NAME
 from nvflare.job_config.api import FedJob
 from nvflare.recipe import SimEnv
-from nvflare.recipe.spec import ExecEnv
+from nvflare.recipe.spec import ExecEnv, Recipe
 
 from ..core.validation import users_stacklevel
 from ..ops.allow_list import allow_plugin
@@ -98,25 +98,33 @@ def byoc_marker() -> str:
     return os.path.join(folder, "README.md")
 
 
-def allow_plugin_in_simulation(env: ExecEnv, job_name: str, byoc: bool) -> None:
-    """A ``byoc=False`` job run in ``SimEnv``: put the plugin on the simulated participants' allow-list (the
-    workspace's ``local/resources.json``), as each site's IT does for a real federation. Without it the simulator
-    refuses the job (``ComponentNotAuthorized``), exit 2."""
-    if byoc or not isinstance(env, SimEnv):
-        return
-    local = os.path.join(env.workspace_root, job_name, "local")
-    if allow_plugin(local, server=True):
-        _LOG.info(f"byoc=False in SimEnv: {local}/resources.json allow-lists the plugin, as the sites' IT would")
+class PluginRecipe(Recipe):
+    """A recipe whose job either carries the plugin in its ``custom/`` folder (``self.byoc`` True) or needs every
+    participant to allow-list it (False). Subclasses set ``self.byoc`` before building the job."""
 
+    byoc: bool
 
-def note_exported_without_custom(job_dir: str, job_name: str, byoc: bool) -> None:
-    """Say, at export, what a ``byoc=False`` job needs wherever it runs, since NVFlare's refusal does not."""
-    if byoc:
-        return
-    _LOG.warning(
-        f"{os.path.join(job_dir, job_name)} has no custom/ folder (byoc=False): NVFlare refuses its nvflare_moon "
-        "classes ('not in allow_list') until every participant allow-lists the plugin. Sites and server: python -m "
-        "nvflare_moon.ops.allow_list <startup kit> (docs/deployment.md); nvflare simulator: python -m "
-        "nvflare_moon.ops.allow_list --simulator <its -w folder>, once; recipe.execute(SimEnv(...)) does it itself. "
-        "Or export with byoc=True"
-    )
+    def process_env(self, env: ExecEnv) -> None:
+        """A ``byoc=False`` job run in ``SimEnv``: put the plugin on the simulated participants' allow-list (the
+        workspace's ``local/resources.json``), as each site's IT does for a real federation. Without it the simulator
+        refuses the job (``ComponentNotAuthorized``), exit 2."""
+        super().process_env(env)
+        if self.byoc or not isinstance(env, SimEnv):
+            return
+        local = os.path.join(env.workspace_root, self._job.name, "local")
+        if allow_plugin(local, server=True):
+            _LOG.info(f"byoc=False in SimEnv: {local}/resources.json allow-lists the plugin, as the sites' IT would")
+
+    def export(self, job_dir: str, *args, **kwargs) -> None:
+        """NVFlare's export; for a ``byoc=False`` job, a warning of what it needs wherever it runs, since NVFlare's
+        refusal does not say."""
+        super().export(job_dir, *args, **kwargs)
+        if self.byoc:
+            return
+        _LOG.warning(
+            f"{os.path.join(job_dir, self._job.name)} has no custom/ folder (byoc=False): NVFlare refuses its "
+            "nvflare_moon classes ('not in allow_list') until every participant allow-lists the plugin. Sites and "
+            "server: python -m nvflare_moon.ops.allow_list <startup kit> (docs/deployment.md); nvflare simulator: "
+            "python -m nvflare_moon.ops.allow_list --simulator <its -w folder>, once; recipe.execute(SimEnv(...)) "
+            "does it itself. Or export with byoc=True"
+        )

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from nvflare.recipe.utils import set_per_site_config
 from PIL import Image
 
 
@@ -53,3 +54,8 @@ def write_datalist(root: Path, class_names, train_counts: dict, test_counts: dic
         manifest[section] = [{"image": str(path.relative_to(root)), "label": name} for path, name in rows]
     (root / "datalist.json").write_text(json.dumps(manifest))
     return root
+
+
+def set_site_paths(recipe, folders: dict) -> None:
+    """Each site's own folder, as its IT names it: ``set_per_site_config`` with ``{site: {"site_path": folder}}``."""
+    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})

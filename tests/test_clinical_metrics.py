@@ -17,7 +17,7 @@ from nvflare_moon.recipes import FedAvgBaselineRecipe, MoonRecipe
 from nvflare_moon.server import GlobalModelEvaluator
 
 from .conftest import run_simulator
-from .site_images import write_image_folder
+from .site_images import set_site_paths, write_image_folder
 
 
 def test_binary_figures_as_computed_by_hand():
@@ -139,9 +139,7 @@ def test_two_hospitals_report_auroc_sensitivity_and_specificity_every_round_and_
         clinical_metrics=True,
         key_metric="auroc",
     )
-    from nvflare.recipe.utils import set_per_site_config
-
-    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})
+    set_site_paths(recipe, folders)
     recipe.export(str(tmp_path / "jobs"))
     run = run_simulator(tmp_path / "jobs" / "clinical", tmp_path / "ws", n=2, t=1, clients=HOSPITALS, timeout=300)
     assert run.returncode == 0, run.output[-3000:]

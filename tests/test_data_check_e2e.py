@@ -8,13 +8,12 @@ import json
 import re
 
 import pytest
-from nvflare.recipe.utils import set_per_site_config
 
 from nvflare_moon.data.site_data import SiteDataSettings, list_and_decode
 from nvflare_moon.recipes import DataCheckRecipe
 
 from .conftest import run_simulator
-from .site_images import write_image_folder, write_split
+from .site_images import set_site_paths, write_image_folder, write_split
 
 pytestmark = pytest.mark.e2e
 CLASSES = ["normal", "pneumonia", "covid"]
@@ -24,7 +23,7 @@ SITE_DATA = {"class_names": CLASSES, "image_size": 16, "channels": 1}
 
 def run_data_check(tmp_path, folders, tag):
     recipe = DataCheckRecipe(dataset="image_folder", site_data=SITE_DATA, min_clients=2)
-    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})
+    set_site_paths(recipe, folders)
     recipe.export(str(tmp_path / f"jobs{tag}"))
     return run_simulator(tmp_path / f"jobs{tag}" / "data_check", tmp_path / f"ws{tag}", n=2, t=2, clients=HOSPITALS)
 

@@ -5,12 +5,11 @@ folder is missing ends the job at once, naming the folder."""
 import json
 
 import pytest
-from nvflare.recipe.utils import set_per_site_config
 
 from nvflare_moon.recipes import MoonRecipe
 
 from .conftest import run_simulator
-from .site_images import write_image_folder
+from .site_images import set_site_paths, write_image_folder
 
 pytestmark = pytest.mark.e2e
 CLASSES = ["normal", "pneumonia", "covid"]
@@ -45,7 +44,7 @@ def write_hospitals(root):
 def test_each_hospital_trains_on_its_own_folder_and_reports_its_accuracy(tmp_path, threads):
     folders = write_hospitals(tmp_path / "data")
     recipe = hospital_recipe(byoc=True)
-    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})
+    set_site_paths(recipe, folders)
     jobs = tmp_path / "jobs"
     recipe.export(str(jobs))
     client_config = json.loads(

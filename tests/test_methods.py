@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from nvflare.recipe.utils import set_per_site_config
 
 from nvflare_moon.benchmark.methods import METHODS
 from nvflare_moon.core.state import SiteStateStore, StateUnusable
@@ -21,7 +20,7 @@ from nvflare_moon.ops.export_jobs import JOBS
 from nvflare_moon.recipes import FedAvgBaselineRecipe
 
 from .conftest import REPO, export_and_run
-from .site_images import write_image_folder
+from .site_images import set_site_paths, write_image_folder
 
 # --- the registry ---------------------------------------------------------------------------------------------------
 
@@ -223,7 +222,7 @@ def fedbn_runs(tmp_path_factory):
         lr=0.05,
         num_threads=1,
     )
-    set_per_site_config(recipe, {site: {"site_path": str(folder)} for site, folder in folders.items()})
+    set_site_paths(recipe, folders)
     return {t: export_and_run(recipe, root, n=2, t=t, tag=f"_t{t}") for t in (2, 1)}
 
 

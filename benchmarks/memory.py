@@ -87,11 +87,11 @@ def measure_federated(method: str, arch: str, dataset: str, data_root: str, num_
     from nvflare.app_common.app_constant import AlgorithmConstants
     from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
+    from nvflare_moon.core.scaffold import apply_control_deltas
+    from nvflare_moon.core.weights import state_dict_to_numpy
     from nvflare_moon.data import NUM_CLASSES
     from nvflare_moon.executors import FedAvgExecutor, FedProxExecutor, MoonExecutor, ScaffoldExecutor
-    from nvflare_moon.core.weights import state_dict_to_numpy
     from nvflare_moon.models import Network
-    from nvflare_moon.core.scaffold import apply_control_deltas
 
     after_imports = rss_mb()
     executor_class = {
@@ -136,11 +136,17 @@ def measure_solo(arch: str, dataset: str, data_root: str, num_sites: int) -> dic
 
     import torch
 
-    from nvflare_moon.data import NUM_CLASSES, TensorBatchLoader, load_dataset, site_train_arrays, test_transform
-    from nvflare_moon.data import train_transform
+    from nvflare_moon.core.training import evaluate
+    from nvflare_moon.data import (
+        NUM_CLASSES,
+        TensorBatchLoader,
+        load_dataset,
+        site_train_arrays,
+        test_transform,
+        train_transform,
+    )
     from nvflare_moon.models import Network
     from nvflare_moon.solo import EVAL_BATCH_SIZE, train_solo_site
-    from nvflare_moon.core.training import evaluate
 
     after_imports = rss_mb()
     splits = load_dataset(dataset, data_root, download=False)

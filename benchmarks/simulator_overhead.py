@@ -25,11 +25,11 @@ import time
 import torch
 
 from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
+from nvflare_moon.core.objectives import MoonObjective
+from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.data import TensorBatchLoader, load_dataset, site_train_arrays, train_transform
 from nvflare_moon.models import Network
-from nvflare_moon.core.objectives import MoonObjective
 from nvflare_moon.recipes import MoonRecipe
-from nvflare_moon.core.training import frozen_copy, sgd, train_local
 
 TRAINED = re.compile(r"trained (\d+) steps in ([\d.]+) s")
 

@@ -22,8 +22,7 @@ from typing import Callable, Dict, Tuple
 
 import torch
 
-from nvflare_moon.data import TensorBatchLoader, load_dataset, site_train_arrays, train_transform
-from nvflare_moon.models import Network, ProjectionHead
+from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
 from nvflare_moon.core.objectives import (
     CrossEntropyObjective,
     FedProxObjective,
@@ -32,10 +31,11 @@ from nvflare_moon.core.objectives import (
     LightHistoryMoonObjective,
     MoonObjective,
 )
-from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
 from nvflare_moon.core.runtime import resolve_device
 from nvflare_moon.core.scaffold import ScaffoldRound
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
+from nvflare_moon.data import TensorBatchLoader, load_dataset, site_train_arrays, train_transform
+from nvflare_moon.models import Network, ProjectionHead
 
 BATCH = 64
 

@@ -24,7 +24,9 @@ import torch
 import torch.nn as nn
 
 from .core.objectives import CrossEntropyObjective
+from .core.runtime import resolve_device
 from .core.training import Batch, TrainResult, evaluate, sgd, train_local
+from .core.validation import check_choice, check_number
 from .data import (
     DATASETS,
     NUM_CLASSES,
@@ -38,8 +40,6 @@ from .data import (
     train_transform,
 )
 from .models import BACKBONES, Network
-from .core.runtime import resolve_device
-from .core.validation import check_choice, check_number
 
 EVAL_BATCH_SIZE = 500
 

@@ -16,8 +16,8 @@ from typing import Callable, Iterator, List, Optional, TypeVar
 
 import torch
 
-from nvflare_moon.recipes import MoonRecipe
 from nvflare_moon.ops.submit import open_session
+from nvflare_moon.recipes import MoonRecipe
 
 from .conftest import REPO
 

@@ -23,12 +23,6 @@ from nvflare_moon.client import (
 )
 from nvflare_moon.client import meta as keys
 from nvflare_moon.client.state import find_run_folder
-from nvflare_moon.recipes import (
-    FedSiamDAScriptRecipe,
-    FedSSCScriptRecipe,
-    MoonScriptRecipe,
-    ScaffoldScriptRecipe,
-)
 from nvflare_moon.core.aggregation import normalized_weights, weighted_average
 from nvflare_moon.core.objectives import MoonObjective
 from nvflare_moon.core.previous_uploads import PreviousUploads
@@ -36,6 +30,12 @@ from nvflare_moon.core.prototypes import select_prototypes, usable_class_means
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.core.weights import load_numpy_state, state_dict_to_numpy
 from nvflare_moon.models import Network
+from nvflare_moon.recipes import (
+    FedSiamDAScriptRecipe,
+    FedSSCScriptRecipe,
+    MoonScriptRecipe,
+    ScaffoldScriptRecipe,
+)
 
 MOON_META = {keys.MOON_MU: 5.0, keys.MOON_TEMPERATURE: 0.5, keys.MOON_NUM_PREVIOUS_MODELS: 1}
 FEDSSC_META = {

@@ -26,8 +26,8 @@ from nvflare_moon.data.site_report import (
     summarize,
     suppress,
 )
-from nvflare_moon.recipes import DataCheckRecipe
 from nvflare_moon.executors import DataCheckExecutor
+from nvflare_moon.recipes import DataCheckRecipe
 
 from .executor_harness import site_context
 from .site_images import write_image_folder

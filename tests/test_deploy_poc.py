@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 import torch
 
-from nvflare_moon.ops import submit
-from nvflare_moon.recipes import MoonScriptRecipe
 from nvflare_moon.core.state import SiteStateStore
+from nvflare_moon.ops import submit
 from nvflare_moon.ops.continuation import last_global_model
+from nvflare_moon.recipes import MoonScriptRecipe
 
 from .conftest import REPO
 from .federation import (

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import torch
 
-from nvflare_moon.ops import submit
 from nvflare_moon.executors.weight_exchange import HE_CLIENT_CONTEXT
+from nvflare_moon.ops import submit
 from nvflare_moon.recipes import FedProxRecipe
 
 from .federation import SITES, connect, export_tiny_moon, running_poc, saved_state

@@ -20,8 +20,7 @@ from nvflare.recipe import ProdEnv
 
 from nvflare_moon.ops import submit
 from nvflare_moon.ops.submit import JobResults
-from nvflare_moon.recipes import DataCheckRecipe
-from nvflare_moon.recipes import MoonRecipe
+from nvflare_moon.recipes import DataCheckRecipe, MoonRecipe
 
 from .conftest import REPO
 from .federation import (

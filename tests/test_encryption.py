@@ -18,8 +18,7 @@ from nvflare.app_common.utils.fl_model_utils import FLModelUtils
 
 from nvflare_moon.core.specs import DataSpec
 from nvflare_moon.core.weights import load_numpy_state, restore_shapes
-from nvflare_moon.executors import FedAvgExecutor
-from nvflare_moon.executors import weight_exchange
+from nvflare_moon.executors import FedAvgExecutor, weight_exchange
 from nvflare_moon.recipes import (
     FedAvgBaselineRecipe,
     FedProxRecipe,

@@ -9,8 +9,8 @@ from nvflare.recipe.utils import set_per_site_config
 from nvflare_moon.core.moon import MoonSettings
 from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.executors import FedAvgExecutor, MoonExecutor
-from nvflare_moon.ops.export_jobs import JOBS, export_all
 from nvflare_moon.models import Network
+from nvflare_moon.ops.export_jobs import JOBS, export_all
 from nvflare_moon.recipes import MoonRecipe
 
 from .conftest import REPO, run_simulator

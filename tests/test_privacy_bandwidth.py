@@ -16,13 +16,13 @@ from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.filters import ExcludeVars, PercentilePrivacy, SVTPrivacy
 
 import nvflare_moon.server as server
-from nvflare_moon.recipes import MoonScriptRecipe
 from nvflare_moon.models import Network
 from nvflare_moon.recipes import (
     FedProxRecipe,
     FedSiamDARecipe,
     FedSSCRecipe,
     MoonRecipe,
+    MoonScriptRecipe,
     ScaffoldRecipe,
 )
 

@@ -14,8 +14,8 @@ import torch
 
 from nvflare_moon.models import Network
 from nvflare_moon.ops.continuation import CHECKPOINT_NAME, last_global_model, make_continuation_job
-from nvflare_moon.recipes import ScaffoldRecipe
 from nvflare_moon.ops.submit import submit_token
+from nvflare_moon.recipes import ScaffoldRecipe
 
 from .federation import export_tiny_moon
 

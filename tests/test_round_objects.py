@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from nvflare_moon.client import PTFedSiamDAHelper, PTFedSSCHelper, PTMoonHelper
-from nvflare_moon.recipes import FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe
 from nvflare_moon.core.fedsiam_da import FedSiamDASettings
 from nvflare_moon.core.fedssc import FedSSCSettings
 from nvflare_moon.core.moon import MoonSettings
@@ -20,6 +19,7 @@ from nvflare_moon.core.training import sgd
 from nvflare_moon.core.weights import state_dict_to_numpy
 from nvflare_moon.executors import FedSiamDAExecutor, FedSSCExecutor, MoonExecutor
 from nvflare_moon.models import Network
+from nvflare_moon.recipes import FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe
 
 from .executor_harness import site_context
 

@@ -25,8 +25,8 @@ from ..core.fedsiam_da import FedSiamDASettings
 from ..core.fedssc import FedSSCSettings
 from ..core.moon import MoonSettings
 from ..core.specs import DataSpec, TrainingSpec
-from ..ops.resume_point import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
 from ..methods import REGISTRY
+from ..ops.resume_point import SIMULATOR_MODULE, ResumePoint, make_simulator_continuation
 from ..sim.fixes import without_simulator_fixes
 from .collect import read_simulator_results, read_solo_report
 from .protocols import RunSpec, Variant, format_value

@@ -9,9 +9,9 @@ FedAvg at β = 0.5, seed 0).
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..data import DATASETS
 from ..core.runtime import resolve_device
 from ..core.validation import check_choice, check_number
+from ..data import DATASETS
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import torch
 import torch.nn as nn
 
-from .validation import check_choice, check_number
 from .objectives import HISTORY_BRANCHES, HISTORY_CHOICES, FedSiamDAObjective, predictor_of, projection_of
 from .previous_uploads import StoredUploads
 from .settings import settings_from_meta, settings_to_meta
+from .validation import check_choice, check_number
 
 logger = logging.getLogger(__name__)
 

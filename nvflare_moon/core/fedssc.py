@@ -16,11 +16,11 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import torch
 
-from .validation import check_number
 from .moon import MoonRound
 from .objectives import FedSSCObjective
 from .prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPES, prepare_upload, read_shared_prototypes
 from .settings import settings_from_meta, settings_to_meta
+from .validation import check_number
 
 logger = logging.getLogger(__name__)
 

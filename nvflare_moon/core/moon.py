@@ -19,13 +19,13 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch.nn as nn
 
 from ..models import ProjectionHead, ProjectionModel
-from .validation import check_choice, check_flag, check_number
 from .feature_noise import FeatureNoise
 from .objectives import LightHistoryMoonObjective, MoonObjective, RepresentationL2Objective, projection_of
 from .previous_uploads import StoredUploads
 from .schedules import check_mu_schedule, describe_mu_schedule, scheduled_mu
 from .settings import settings_from_meta, settings_to_meta
 from .training import frozen_copy
+from .validation import check_choice, check_flag, check_number
 
 logger = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 
+from ..core.validation import check_choice, check_number
 from ..data.site_data import list_and_decode, site_data_settings
 from ..data.site_files import SITE_DATASETS, SiteDataError, resolve_site_root, site_path_argument
 from ..data.site_report import DATA_CHECK_TASK, REPORT_KEY, redact_paths, site_report
-from ..core.validation import check_choice, check_number
 
 
 class DataCheckExecutor(Executor):

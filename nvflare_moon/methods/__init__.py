@@ -14,8 +14,8 @@ is its :class:`Method` (``my_package.my_method:METHOD``, in its ``pyproject.toml
 
 import importlib
 import pkgutil
-from importlib.metadata import entry_points
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 

@@ -6,8 +6,8 @@ from typing import Any, Dict
 from nvflare.apis.executor import Executor
 from nvflare.app_common.app_constant import AlgorithmConstants
 
-from ..executors import FedProxExecutor
 from ..core.validation import check_number
+from ..executors import FedProxExecutor
 from .fedavg import FedAvgBaselineRecipe
 
 

@@ -10,10 +10,10 @@ from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from ..core.dual_aggregation import VECTORS
 from ..core.fedsiam_da import FedSiamDASettings
 from ..core.settings import keep_settings
-from ..filters.encryption import WHY_NOT_ENCRYPTED
-from ..executors import FedSiamDAExecutor
-from ..server import DualAggregator
 from ..core.validation import check_choice, check_number
+from ..executors import FedSiamDAExecutor
+from ..filters.encryption import WHY_NOT_ENCRYPTED
+from ..server import DualAggregator
 from .fedavg import FedAvgBaselineRecipe
 from .script import ClientAPIRecipe
 

@@ -10,8 +10,8 @@ from ..core.fedssc import FedSSCSettings
 from ..core.moon import MoonSettings
 from ..core.settings import keep_settings
 from ..core.validation import take_renamed
-from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..executors import FedSSCExecutor
+from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..server import PrototypeSharingAggregator
 from .moon import MoonRecipe, MoonScriptRecipe
 

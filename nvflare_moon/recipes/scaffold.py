@@ -6,8 +6,8 @@ from typing import Any, Dict
 from nvflare.apis.executor import Executor
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 
-from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..executors import ScaffoldExecutor
+from ..filters.encryption import WHY_NOT_ENCRYPTED
 from ..filters.privacy import SCAFFOLD_LIMITS
 from ..server import ScaffoldAggregator
 from .fedavg import FedAvgBaselineRecipe

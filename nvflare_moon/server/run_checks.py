@@ -15,8 +15,8 @@ from nvflare.apis.shareable import ReservedHeaderKey
 from nvflare.app_common.app_constant import AppConstants
 from nvflare.app_common.app_event_type import AppEventType
 
-from ..data import check_site_shards
 from ..core.validation import JOB_REFUSED_HEADER, check_number
+from ..data import check_site_shards
 
 
 class ShardCoverageCheck(FLComponent):

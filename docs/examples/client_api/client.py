@@ -1,11 +1,10 @@
 """A plain NVFlare Client API training script of the hello-pt kind: FedAvg on CIFAR-10."""
 
+import nvflare.client as flare
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader
-
-import nvflare.client as flare
 from net import Net, evaluate, load_data, parse_script_args, round_generator
+from torch.utils.data import DataLoader
 
 
 def main():

@@ -1,11 +1,11 @@
 """The plain script (client.py) turned into FedSSC with PTFedSSCHelper: the lines marked `# FedSSC`."""
 
+import nvflare.client as flare
 import torch
 import torch.nn as nn
+from net import Net, evaluate, load_data, parse_script_args, round_generator
 from torch.utils.data import DataLoader
 
-import nvflare.client as flare
-from net import Net, evaluate, load_data, parse_script_args, round_generator
 from nvflare_moon.client import PTFedSSCHelper
 
 

@@ -9,11 +9,11 @@ every later one, so a restart per task costs seconds), and batches are read row 
 
 import os
 
+import nvflare.client as flare
 import torch
 import torch.nn as nn
-
-import nvflare.client as flare
 from net import Net, evaluate, parse_script_args, round_generator
+
 from nvflare_moon.client import PTMoonHelper
 from nvflare_moon.data import TensorBatchLoader
 from nvflare_moon.data.site_data import SiteDataSettings, load_site_data

@@ -8,7 +8,6 @@ import argparse
 from typing import List, Optional
 
 from hospital_net import HospitalNet
-
 from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.job_config.model import PTModel
 from nvflare.job_config.api import FedJob

@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 import yaml
+
 from poc_workspace import NVFLARE_DEFAULT_PORT, PocWorkspace, add_workspace_arg, fail, nvflare
 
 

@@ -19,9 +19,9 @@ import argparse
 import os
 import sys
 
-from poc_workspace import PocWorkspace, add_workspace_arg, fail
-
 from nvflare_moon.ops import submit
+
+from poc_workspace import PocWorkspace, add_workspace_arg, fail
 
 
 def main() -> int:

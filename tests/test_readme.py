@@ -1,7 +1,7 @@
 """The README is one screen for a newcomer (issue 38, item 5): "Install" near the top, the install and test commands
 that CI runs, a link to every page of docs/, and none of the contributors' notes (dated timings, pkill, ../shared
 paths), which live in docs/notebook.md. Every relative link of the README and docs/*.md names a file that exists
-and, after a '#', one of its headings."""
+and, after a '#', one of its headings; the Client API page's diff is its two scripts' own."""
 
 import re
 
@@ -107,3 +107,22 @@ def test_a_missing_file_or_heading_is_named(tmp_path):
         "page.md:10: gone.md: no such file",
         "page.md:10: page.md#twice-2: no such heading",
     ]
+
+
+def test_the_client_api_pages_diff_is_the_examples_own():
+    """docs/client_api.md's "From the plain script to MOON" diff: every hunk's old side is client.py's lines at the
+    hunk's place and its new side client_moon.py's, so an edit of either script that the page misses fails here."""
+    page = (REPO / "docs" / "client_api.md").read_text(encoding="utf-8")
+    diff = re.search(r"### From the plain script to MOON\n\n```diff\n(.*?)```", page, re.S).group(1)
+    examples = REPO / "docs" / "examples" / "client_api"
+    plain = (examples / "client.py").read_text(encoding="utf-8").split("\n")
+    moon = (examples / "client_moon.py").read_text(encoding="utf-8").split("\n")
+    hunks = re.split(r"(?m)^(?=@@ )", diff)[1:]
+    assert hunks
+    for hunk in hunks:
+        header, *body = hunk.rstrip("\n").split("\n")
+        old_start, new_start = (int(n) - 1 for n in re.match(r"@@ -(\d+)(?:,\d+)? \+(\d+)", header).groups())
+        old = [line[1:] for line in body if line[:1] in " -"]
+        new = [line[1:] for line in body if line[:1] in " +"]
+        assert plain[old_start : old_start + len(old)] == old, f"{header}: client.py differs; rerun diff -u"
+        assert moon[new_start : new_start + len(new)] == new, f"{header}: client_moon.py differs; rerun diff -u"

@@ -3,8 +3,9 @@
 import nvflare.client as flare
 import torch
 import torch.nn as nn
-from net import Net, evaluate, load_data, parse_script_args, round_generator
 from torch.utils.data import DataLoader
+
+from net import Net, evaluate, load_data, parse_script_args, round_generator
 
 
 def main():

@@ -3,10 +3,11 @@
 import nvflare.client as flare
 import torch
 import torch.nn as nn
-from net import Net, evaluate, load_data, parse_script_args, round_generator
 from torch.utils.data import DataLoader
 
 from nvflare_moon.client import PTFedSSCHelper
+
+from net import Net, evaluate, load_data, parse_script_args, round_generator
 
 
 def main():

@@ -12,11 +12,12 @@ import os
 import nvflare.client as flare
 import torch
 import torch.nn as nn
-from net import Net, evaluate, parse_script_args, round_generator
 
 from nvflare_moon.client import PTMoonHelper
 from nvflare_moon.data import TensorBatchLoader
 from nvflare_moon.data.site_data import SiteDataSettings, load_site_data
+
+from net import Net, evaluate, parse_script_args, round_generator
 
 DEFAULT_PARENT = "/tmp/nvflare/site_data"  # without --site_path, a site reads DEFAULT_PARENT/<its name>
 

@@ -16,9 +16,9 @@ from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
 from nvflare.recipe import SimEnv
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from net import Net  # noqa: E402
-
 from nvflare_moon.recipes import FedSiamDAScriptRecipe, FedSSCScriptRecipe, MoonScriptRecipe  # noqa: E402
+
+from net import Net  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

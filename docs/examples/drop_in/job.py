@@ -7,7 +7,6 @@ nvflare simulator /tmp/jobs/hospital_moon -n 2 -t 2      # each site finds its f
 import argparse
 from typing import List, Optional
 
-from hospital_net import HospitalNet
 from nvflare.app_common.workflows.fedavg import FedAvg
 from nvflare.app_opt.pt.job_config.model import PTModel
 from nvflare.job_config.api import FedJob
@@ -16,6 +15,8 @@ from nvflare_moon.core.moon import MoonSettings
 from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.executors import MoonExecutor
 from nvflare_moon.server import GlobalModelEvaluator, WeightedFedAvgAggregator
+
+from hospital_net import HospitalNet
 
 
 def build_job(

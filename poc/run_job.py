@@ -7,7 +7,7 @@ model, ``global_metrics.jsonl`` and the TensorBoard events are (FLARE API, throu
 Idempotent: running it again with the same job folder waits for, or just downloads, the job submitted the first time;
 ``--resubmit`` runs the folder once more. A job that did not complete is reported with the error lines of its logs,
 and one lost to a server restart is reported as such. ``--resume`` continues a job that failed part-way (a site's
-process died) from the round after the last one aggregated, with every site's state (``nvflare_moon.ops.resume_point``). The same
+process died) from the round after the last one aggregated, with every site's state (``nvflare_moon.ops.continuation``). The same
 by hand, with NVFlare's CLI:
 
     nvflare job submit -j jobs/moon_cifar10      # prints the job id

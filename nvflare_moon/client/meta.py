@@ -22,6 +22,9 @@ key                                     method       value
 ``fedssc_prototype_clip_norm``          FedSSC       L2 clip of uploaded means, float > 0 or None
 ``fedssc_prototype_noise_std``          FedSSC       σ of the Gaussian noise on uploaded means, float ≥ 0
 ``prototypes``, ``prototype_available`` FedSSC       the shared [K, D] prototypes and [K] mask (round ≥ 1)
+``prototype_sources``                   FedSSC       [K] each prototype's site (``exclude_own_prototype``)
+``alternate_prototypes``                FedSSC       [K, D] another site's, for the source (``exclude_own_prototype``)
+``alternate_available``                 FedSSC       [K] mask of the alternates (``exclude_own_prototype``)
 ``fedsiam_da_mu``                       FedSiam-DA   μ, float ≥ 0
 ``fedsiam_da_history``                  FedSiam-DA   ``"epoch"`` or ``"round"``
 ``fedsiam_da_history_branch``           FedSiam-DA   ``"projection"`` or ``"predictor"``
@@ -32,7 +35,15 @@ Site → server, with the trained weights: ``num_samples`` (the FedAvg weight n_
 """
 
 from ..core.aggregation import NUM_SAMPLES  # noqa: F401 (re-exported)
-from ..core.prototypes import CLASS_COUNTS, CLASS_MEANS, PROTOTYPE_AVAILABLE, PROTOTYPES  # noqa: F401 (re-exported)
+from ..core.prototypes import (  # noqa: F401 (re-exported)
+    ALTERNATE_AVAILABLE,
+    ALTERNATE_PROTOTYPES,
+    CLASS_COUNTS,
+    CLASS_MEANS,
+    PROTOTYPE_AVAILABLE,
+    PROTOTYPE_SOURCES,
+    PROTOTYPES,
+)
 
 MOON_MU = "moon_mu"
 MOON_TEMPERATURE = "moon_temperature"

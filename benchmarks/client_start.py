@@ -17,7 +17,8 @@ import json
 import subprocess
 import sys
 
-from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
+from nvflare_moon.benchmark.runner import RecordHeader
+from nvflare_moon.core.files import write_json_atomic
 
 PHASES = r"""
 import json, os, sys, tempfile, time

@@ -19,7 +19,8 @@ import io
 
 import torch
 
-from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
+from nvflare_moon.benchmark.runner import RecordHeader
+from nvflare_moon.core.files import write_json_atomic
 from nvflare_moon.core.previous_uploads import PreviousUploads
 from nvflare_moon.models import Network, ProjectionHead
 

@@ -232,7 +232,8 @@ def main() -> None:
         child(args)
         return
 
-    from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic  # here: the children measure imports
+    from nvflare_moon.benchmark.runner import RecordHeader  # here: the children measure imports
+    from nvflare_moon.core.files import write_json_atomic
 
     archs, methods = args.archs.split(","), args.methods.split(",")
     header = RecordHeader("benchmarks/memory.py")

@@ -24,7 +24,8 @@ import time
 
 import torch
 
-from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
+from nvflare_moon.benchmark.runner import RecordHeader
+from nvflare_moon.core.files import write_json_atomic
 from nvflare_moon.core.objectives import MoonObjective
 from nvflare_moon.core.training import frozen_copy, sgd, train_local
 from nvflare_moon.data import TensorBatchLoader, load_dataset, site_train_arrays, train_transform

@@ -18,7 +18,8 @@ import tempfile
 
 from nvflare.recipe import SimEnv
 
-from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
+from nvflare_moon.benchmark.runner import RecordHeader
+from nvflare_moon.core.files import write_json_atomic
 from nvflare_moon.recipes import FedAvgBaselineRecipe, FedSiamDARecipe, MoonRecipe
 
 RECIPES = {"fedavg": FedAvgBaselineRecipe, "fedsiam_da": FedSiamDARecipe, "moon": MoonRecipe}

@@ -22,7 +22,8 @@ from typing import Callable, Dict, Tuple
 
 import torch
 
-from nvflare_moon.benchmark.runner import RecordHeader, write_json_atomic
+from nvflare_moon.benchmark.runner import RecordHeader
+from nvflare_moon.core.files import write_json_atomic
 from nvflare_moon.core.objectives import (
     CrossEntropyObjective,
     FedProxObjective,

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from .core.files import write_json_atomic
 from .core.objectives import CrossEntropyObjective
 from .core.runtime import resolve_device
 from .core.training import Batch, TrainResult, evaluate, sgd, train_local
@@ -157,7 +158,7 @@ def _train_missing_sites(
             continue
         results[site] = _train_and_test_site(site, splits, test_batches, settings, device, log)
         if output:
-            _write_atomic(_report(settings, results), output)
+            write_json_atomic(output, _report(settings, results))
 
 
 def _train_and_test_site(
@@ -247,15 +248,6 @@ def _finished_sites(output: Optional[str], settings: Dict, log: Callable[[str], 
             "choose another --output or delete it"
         )
     return dict(previous.get("sites", {}))
-
-
-def _write_atomic(report: Dict, path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=1)
-    os.replace(tmp, path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict:

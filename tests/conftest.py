@@ -211,7 +211,8 @@ def pytest_addoption(parser):
 def write_record(request):
     """``write_record(name, figures)``: with ``--record-dir``, write ``figures`` to ``<dir>/<name>.json`` beside the
     command (as typed), date, commit and machine; without it, nothing."""
-    from nvflare_moon.benchmark.runner import environment, write_json_atomic
+    from nvflare_moon.benchmark.runner import environment
+    from nvflare_moon.core.files import write_json_atomic
 
     def _write(name: str, figures: dict) -> None:
         folder = request.config.getoption("record_dir")

@@ -39,6 +39,7 @@ from nvflare_moon.benchmark.tables import (
     speedup,
     unpaired_groups,
 )
+from nvflare_moon.core.files import write_json_atomic
 from nvflare_moon.ops.resume_point import save_resume_point, workspace_checkpoint
 from nvflare_moon.recipes import MoonRecipe
 
@@ -261,15 +262,13 @@ def test_a_finished_run_is_refused_once_its_recipes_default_has_changed(tmp_path
     the record's job digest catches a finished run that the same command would no longer produce."""
     spec = RunSpec(Variant("moon"), 0, 0.5, Settings(dataset="synthetic", rounds=2, num_sites=2))
     path = tmp_path / "runs" / f"{spec.run_id}.json"
-    runner.write_json_atomic(
-        str(path), {**fake_record(spec, [0.1, 0.2]), "job_digest": METHODS["moon"].job_digest(spec)}
-    )
+    write_json_atomic(str(path), {**fake_record(spec, [0.1, 0.2]), "job_digest": METHODS["moon"].job_digest(spec)})
     assert runner.load_finished(str(path), spec)["final_accuracy"] == 0.2
 
     monkeypatch.setitem(METHODS, "moon", SimulatorMethod("MOON", MoonRecipe, {"temperature": 0.7}))
     with pytest.raises(runner.FinishedRunDiffers, match="a default of its recipe has changed"):
         runner.load_finished(str(path), spec)
-    runner.write_json_atomic(str(path), fake_record(spec, [0.1, 0.2]))  # a record from before digests: kept
+    write_json_atomic(str(path), fake_record(spec, [0.1, 0.2]))  # a record from before digests: kept
     assert runner.load_finished(str(path), spec)["final_accuracy"] == 0.2
 
 

@@ -1,8 +1,10 @@
+import json
 import os
 
 import pytest
 import torch
 
+from nvflare_moon.core.files import write_json_atomic
 from nvflare_moon.core.state import FORMAT_VERSION, SiteStateStore, StateUnusable, tensor_signature
 
 
@@ -32,6 +34,17 @@ def test_a_failed_write_keeps_the_previous_state(tmp_path, monkeypatch):
         s.save(2, {"x": torch.ones(1)})
     monkeypatch.undo()
     assert s.load()["round"] == 1
+    assert os.listdir(os.path.dirname(s.path)) == ["moon_state.pt"]  # the half-written temporary file removed
+
+
+def test_a_json_file_is_replaced_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "new_folder" / "record.json"
+    write_json_atomic(str(path), {"round": 1})
+    assert json.loads(path.read_text()) == {"round": 1}
+    with pytest.raises(TypeError):
+        write_json_atomic(str(path), {"round": 2, "model": object()})  # fails half-way through the dump
+    assert json.loads(path.read_text()) == {"round": 1}
+    assert os.listdir(path.parent) == ["record.json"]
 
 
 def test_corrupt_file_is_reported_and_kept_aside(tmp_path):

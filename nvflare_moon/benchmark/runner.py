@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
+from ..core.files import write_json_atomic
 from ..ops.resume_point import POINT_FILE, ResumePoint, load_resume_point, save_resume_point, workspace_checkpoint
 from .methods import METHODS, Launch, variant_label
 from .niceness import autogroup, share_niceness
@@ -75,16 +76,6 @@ def load_finished(path: str, spec: RunSpec) -> Optional[Dict]:
             "recipe has changed since); write to another --out folder, or delete the file to redo it"
         )
     return record
-
-
-def write_json_atomic(path: str, data: Dict) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def environment() -> Dict[str, str]:

@@ -7,6 +7,7 @@ import os
 from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
+from ..core.files import write_atomic
 from ..data import DatasetNotFoundError
 from .plots import accuracy_so_far, accuracy_vs_rounds, partition, rounds_to_target
 from .protocols import Protocol, RunSpec
@@ -67,10 +68,7 @@ def write_summary(
     if records:
         lines += _results(folder, protocol, records, data_root)
     path = os.path.join(folder, SUMMARY)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, path)
+    write_atomic(path, lambda f: f.write("\n".join(lines)))
     return path
 
 

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from .files import write_atomic
+
 FORMAT_VERSION = 1
 # a site's state folder in its run folder of the job, for executors and Client API scripts alike:
 # <workspace>/<site>/<job_id>/nvflare_moon/<name>.pt
@@ -50,7 +52,6 @@ class SiteStateStore:
 
     def save(self, round_number: int, payload: Dict[str, Any]) -> None:
         """Write ``payload`` for ``round_number``; the old file stays valid until the new one is complete."""
-        os.makedirs(self.directory, exist_ok=True)
         record = {
             "format_version": FORMAT_VERSION,
             "site": self.site,
@@ -59,12 +60,7 @@ class SiteStateStore:
             "round": int(round_number),
             "payload": payload,
         }
-        tmp = f"{self.path}.tmp.{os.getpid()}"
-        with open(tmp, "wb") as f:
-            torch.save(record, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, lambda f: torch.save(record, f), binary=True)
 
     def load(self) -> Optional[Dict[str, Any]]:
         """The stored record (``round`` and ``payload``), or None if there is none.

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..core.files import write_atomic
 from .decoded_cache import load_or_decode
 
 __all__ = [
@@ -381,15 +382,11 @@ def _read_tiny_cache(path: str) -> dict | None:
         return None
 
 
-def _write_atomic(obj, path: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+def _write_cache(obj, path: str) -> None:
     try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
+        write_atomic(path, lambda f: torch.save(obj, f), binary=True)
     except OSError as e:
         warnings.warn(f"could not write the decoded-image cache {path} ({e}); later loads will decode again")
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _load_tinyimagenet(data_root: str, download: bool) -> DatasetSplits:
@@ -428,7 +425,7 @@ def _load_tinyimagenet(data_root: str, download: bool) -> DatasetSplits:
             raise
         except OSError as e:
             raise DatasetNotFoundError(f"dataset 'tinyimagenet': cannot read {root} ({type(e).__name__}: {e})") from e
-        _write_atomic(obj, os.path.join(root, _TINY_CACHE))
+        _write_cache(obj, os.path.join(root, _TINY_CACHE))
     return DatasetSplits(
         "tinyimagenet",
         ImageArrays(obj["train_images"], obj["train_labels"]),

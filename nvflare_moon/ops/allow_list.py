@@ -23,6 +23,8 @@ from typing import List, Optional
 
 from nvflare.app_common.default_component_policy import DEFAULT_CLASS_ALLOW_LIST
 
+from ..core.files import write_json_atomic
+
 PLUGIN_PREFIX = "nvflare_moon."
 SERVER_ONLY = ["nvflare.app_opt.pt.file_model_persistor.PTFileModelPersistor"]
 RESOURCES = (
@@ -45,11 +47,7 @@ def allow_plugin(local_dir: str, server: bool) -> List[str]:
     if "*" in allowed or not added:
         return []
     allowed.extend(added)
-    os.makedirs(local_dir, exist_ok=True)
-    tmp = f"{target}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(resources, f, indent=4)
-    os.replace(tmp, target)
+    write_json_atomic(target, resources, indent=4)
     return added
 
 

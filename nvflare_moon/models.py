@@ -53,8 +53,7 @@ class ProjectionModel(nn.Module):
         if predictor_hidden_dim is not None:
             sizes.append(("predictor_hidden_dim", predictor_hidden_dim))
         for name, value in sizes:
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_number(name, value, low=1, integer=True)
         self.backbone = backbone
         self.l1 = nn.Linear(feat_dim, feat_dim)
         self.l2 = nn.Linear(feat_dim, out_dim)

@@ -7,6 +7,8 @@ from typing import Mapping, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from ..core.validation import check_number
+
 
 def site_identity(job_id: Optional[str], site: Optional[str], helper: str) -> Tuple[str, str]:
     """``(job_id, site)``: the given ones, or the running job's from NVFlare's Client API (after ``flare.init()``).
@@ -42,7 +44,6 @@ def check_received_weights(model: nn.Module, params: Optional[Mapping], helper: 
 
 def check_upload_count(num_samples: int, saved: bool, save_call: str) -> None:
     """Raise ValueError unless ``num_samples`` is a positive int; warn when the round's model was not saved."""
-    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
-        raise ValueError(f"num_samples must be the positive number of training samples, got {num_samples!r}")
+    check_number("num_samples", num_samples, low=1, integer=True)
     if not saved:
         logging.getLogger(__name__).warning(f"upload_meta() before {save_call}: this round's model is not kept")

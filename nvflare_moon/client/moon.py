@@ -182,8 +182,7 @@ class PTFedSSCHelper(PTMoonHelper):
 
     def __init__(self, model: nn.Module, num_classes: int, **kwargs):
         super().__init__(model, **kwargs)
-        if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 2:
-            raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+        check_number("num_classes", num_classes, low=2, integer=True)
         self.num_classes = num_classes
         self.fedssc_settings: Optional[FedSSCSettings] = None
 

@@ -24,6 +24,7 @@ import torch.nn as nn
 from .history import HISTORY_ROUNDS
 from .state import StateUnusable, tensor_signature
 from .training import frozen_copy
+from .validation import check_number
 
 Upload = Tuple[int, Dict[str, torch.Tensor]]  # (round, state dict)
 
@@ -38,8 +39,7 @@ class PreviousUploads:
     """
 
     def __init__(self, keep: int = 1):
-        if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
-            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+        check_number("keep", keep, low=1, integer=True)
         self.keep = keep
         self.uploads: List[Upload] = []  # oldest first, all from rounds before the current one
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from ..core.files import write_atomic
+from ..core.validation import check_number
 from .decoded_cache import load_or_decode
 
 __all__ = [
@@ -447,8 +448,7 @@ def load_image_folder(root: str, image_size: int = 32) -> tuple[ImageArrays, lis
     """
     from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"image_size must be a positive int (pixels per side, e.g. 32), got {image_size!r}")
+    check_number("image_size", image_size, low=1, integer=True)
     root = os.fspath(root)
     if not os.path.isdir(root):
         raise DatasetNotFoundError(

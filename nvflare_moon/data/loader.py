@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from ..core.validation import check_number
 from .datasets import ImageArrays
 
 __all__ = ["TensorBatchLoader"]
@@ -45,15 +46,14 @@ class TensorBatchLoader:
             raise ValueError(
                 f"arrays must be an ImageArrays (see load_dataset / site_train_arrays), got {type(arrays).__name__}"
             )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int (e.g. 64), got {batch_size!r}")
+        check_number("batch_size", batch_size, low=1, integer=True)
         if not callable(transform):
             raise ValueError(
                 f"transform must be callable as transform(images_uint8, generator), e.g. "
                 f"train_transform('cifar10'), got {transform!r}"
             )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an int or None, got {seed!r}")
+        if seed is not None:
+            check_number("seed", seed, integer=True)
         self.device = torch.device(device) if device is not None else arrays.images.device
         self.images = arrays.images.to(self.device)
         self.labels = arrays.labels.to(self.device)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..core.validation import check_number
+
 __all__ = ["BatchTransform", "train_transform", "test_transform", "NORMALIZATION", "TRANSFORM_DATASETS"]
 
 NORMALIZATION = {
@@ -63,8 +65,7 @@ class BatchTransform:
             raise ValueError(f"mean and std must have one value per channel, got {self.mean!r} and {self.std!r}")
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std values must be > 0, got {self.std!r}")
-        if isinstance(self.pad, bool) or not isinstance(self.pad, int) or self.pad < 0:
-            raise ValueError(f"pad must be a non-negative int (pixels, e.g. 4), got {self.pad!r}")
+        check_number("pad", self.pad, low=0, integer=True)
         if self.pad_mode not in ("reflect", "constant"):
             raise ValueError(f"pad_mode must be 'reflect' or 'constant' (zero fill), got {self.pad_mode!r}")
         if not 0 <= self.rotation <= 180:

@@ -20,6 +20,7 @@ from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.app_constant import AlgorithmConstants
 
 from ..core.scaffold import apply_control_deltas
+from ..core.validation import check_number
 from .aggregators import WeightedFedAvgAggregator
 
 
@@ -33,8 +34,8 @@ class ScaffoldAggregator(WeightedFedAvgAggregator):
 
     def __init__(self, num_sites: Optional[int] = None):
         super().__init__()
-        if num_sites is not None and (isinstance(num_sites, bool) or not isinstance(num_sites, int) or num_sites < 1):
-            raise ValueError(f"num_sites must be a positive integer or None, got {num_sites!r}")
+        if num_sites is not None:
+            check_number("num_sites", num_sites, low=1, integer=True)
         self.num_sites = num_sites
         self._global_control: Optional[Dict[str, np.ndarray]] = None  # None: not yet read from the initial model
         self._deltas: Dict[str, Dict[str, np.ndarray]] = {}

@@ -1,6 +1,9 @@
 """One way to replace a file whole: a reader, or a process that died mid-write, sees the old file or the new one,
-never a part of one. Site state, records, reports, caches and allow-lists are all written through it."""
+never a part of one. Site state, benchmark records and summaries, SOLO's report, the Tiny-ImageNet cache and the
+allow-list are written through it (the decoded-image caches and resume points, several files each, rename a staging
+folder instead)."""
 
+import contextlib
 import json
 import os
 import threading
@@ -20,13 +23,13 @@ def write_atomic(path: str, write: Callable[[IO], None], binary: bool = False) -
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
     try:
-        with open(tmp, "wb" if binary else "w") as f:
+        with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        with contextlib.suppress(OSError):  # the write's own error is the one to report
             os.remove(tmp)
         raise
 

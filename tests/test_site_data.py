@@ -19,7 +19,7 @@ from nvflare_moon.data.site_files import SITE_DATA_ENV, SiteDataError, list_site
 from nvflare_moon.models import Network
 
 from .executor_harness import run_task, site_context, started
-from .site_images import write_datalist, write_image_folder, write_split
+from .site_images import class_image, write_datalist, write_image_folder, write_split
 
 CLASSES = ("normal", "pneumonia", "covid")
 
@@ -65,10 +65,10 @@ def test_datalist_json_rows_are_relative_to_the_manifest(tmp_path):
 
 
 def test_datalist_csv_with_a_split_column_and_index_labels(tmp_path):
-    write_image_folder(tmp_path, CLASSES, {"normal": 1, "covid": 1})
+    write_image_folder(tmp_path, CLASSES, {"normal": 2, "covid": 1})
     manifest = tmp_path / "rows.csv"
     manifest.write_text(
-        "image,label,split\ntrain/normal/0000.png,normal,train\ntrain/covid/0000.png,2,test\ntrain/normal/0000.png,0,\n"
+        "image,label,split\ntrain/normal/0000.png,normal,train\ntrain/covid/0000.png,2,test\ntrain/normal/0001.png,0,\n"
     )
     files = list_site_files("datalist", str(manifest), CLASSES, "site-1")
     assert files.train_labels == (0, 0) and files.test_labels == (2,)
@@ -227,6 +227,116 @@ def test_val_is_the_held_out_split_without_test_and_named_as_unread_beside_it(tm
         data = load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
     assert data.held_out == "its test split (1 images)" and data.images.labels[data.test_index].tolist() == [2]
     assert f"{tmp_path}/val/ is not read: {tmp_path}/test/ is the held-out split" in caplog.text
+
+
+def test_files_that_are_not_images_are_named_in_a_note_never_dropped_without_a_word(tmp_path, caplog):
+    write_image_folder(tmp_path, CLASSES, {"normal": 2, "pneumonia": 2}, {"normal": 1})
+    for name in ("a.dcm", "b.dcm", "IM0001", "Thumbs.db", ".DS_Store"):  # DICOM twice, a PACS file, OS files
+        (tmp_path / "train" / "pneumonia" / name).write_bytes(b"x")
+    (tmp_path / "test" / "normal" / "report.pdf").write_bytes(b"x")
+    files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
+    assert len(files.train_paths) == 4 and len(files.test_paths) == 1  # the images are read as before
+    assert files.notes == (
+        f"{tmp_path}/train: 3 file(s) not read, not of an image extension (.dcm ×2, no extension ×1); only "
+        ".jpg, .jpeg, .png, .ppm, .bmp, .pgm, .tif, .tiff, .webp are read (DICOM: export it as PNG or TIFF first)",
+        f"{tmp_path}/test: 1 file(s) not read, not of an image extension (.pdf ×1); only .jpg, .jpeg, .png, .ppm, "
+        ".bmp, .pgm, .tif, .tiff, .webp are read",
+    )
+    with caplog.at_level("WARNING"):
+        load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert "site-1: " + files.notes[0] in caplog.text  # the training log says it too
+
+
+def dicom_only_class(train):
+    (train / "covid").mkdir()
+    (train / "covid" / "1.dcm").write_bytes(b"x")
+
+
+def image_with_no_class(train):
+    class_image(0, np.random.default_rng(0)).save(train / "0000.png")
+
+
+def class_on_a_share_not_mounted(train):
+    os.symlink(train.parent / "unmounted", train / "covid")
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (dicom_only_class, "covid holds no images, .* it holds .dcm ×1, not read"),
+        (image_with_no_class, r"1 image\(s\) directly in .*train \(0000.png, ...\) have no class"),
+        (class_on_a_share_not_mounted, "covid links to .*unmounted, which cannot be reached"),
+    ],
+    ids=["a class of DICOM only", "an image with no class", "a class on a share not mounted"],
+)
+def test_what_would_lose_a_sites_images_is_refused_naming_it(tmp_path, make, expected):
+    write_image_folder(tmp_path, CLASSES, {"normal": 2, "pneumonia": 2})
+    make(tmp_path / "train")
+    with pytest.raises(SiteDataError, match=expected) as refused:
+        list_site_files("image_folder", str(tmp_path), CLASSES, "hospital-2")
+    assert str(refused.value).startswith("hospital-2: ")
+
+
+def a_class_linked_into_another(root):
+    os.symlink(root / "train" / "normal" / "0000.png", root / "train" / "pneumonia" / "0009.png")
+
+
+def a_test_image_linked_from_train(root):
+    write_split(root / "test", {"covid": (2, 1)})
+    os.remove(root / "test" / "covid" / "0000.png")
+    os.symlink(root / "train" / "covid" / "0000.png", root / "test" / "covid" / "0000.png")
+
+
+def a_repeated_manifest_row(root):
+    (root / "rows.csv").write_text("image,label\ntrain/normal/0000.png,normal\ntrain/normal/0000.png,normal\n")
+
+
+@pytest.mark.parametrize(
+    "make, kind, expected",
+    [
+        (
+            a_class_linked_into_another,
+            "image_folder",
+            r"normal/0000.png \(train, normal\) and .*pneumonia/0009.png \(train, pneumonia\)",
+        ),
+        (
+            a_test_image_linked_from_train,
+            "image_folder",
+            r"covid/0000.png \(train, covid\) and .*test/covid/0000.png \(test, covid\)",
+        ),
+        (
+            a_repeated_manifest_row,
+            "datalist",
+            r"normal/0000.png \(train, normal\) and .*normal/0000.png \(train, normal\)",
+        ),
+    ],
+    ids=["in two classes", "in both splits", "a repeated row"],
+)
+def test_an_image_listed_twice_is_refused_naming_both_entries(tmp_path, make, kind, expected):
+    write_image_folder(tmp_path, CLASSES, {"normal": 1, "pneumonia": 1, "covid": 1})
+    make(tmp_path)
+    root = tmp_path / "rows.csv" if kind == "datalist" else tmp_path
+    with pytest.raises(SiteDataError, match="site-1: one image is listed twice: .*" + expected):
+        list_site_files(kind, str(root), CLASSES, "site-1")
+
+
+def test_validation_is_a_held_out_split_and_other_folders_beside_train_are_named_as_unread(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"normal": 3, "covid": 3})
+    write_split(tmp_path / "validation", {"normal": (0, 2)})
+    write_split(tmp_path / "Test", {"covid": (2, 1)})  # another case: not the held-out split
+    files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
+    assert files.test_split == "validation" and files.test_labels == (0, 0)
+    assert files.notes == (
+        f"{tmp_path}/Test/ is not read: an image folder holds train/ and one held-out split, the first of test/, val/, "
+        "valid/, validation/",
+    )
+    write_split(tmp_path / "valid", {"covid": (2, 1)})
+    files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
+    assert files.test_split == "valid" and files.test_labels == (2,)
+    assert files.notes[0] == (
+        f"{tmp_path}/validation/ is not read: {tmp_path}/valid/ is the held-out split (merge validation/ into train/ "
+        "or valid/ to use it)"
+    )
 
 
 # ---- the held-out split and the batches -----------------------------------------------------------------------------

@@ -3,10 +3,14 @@
 Two layouts, both read on the site (nothing here runs on the submitter's machine):
 
 - ``"image_folder"``: ``<root>/train/<class>/<image>`` and, optionally, a held-out split ``<root>/test/<class>/...``
-  (or ``<root>/val/<class>/...`` where there is no ``test/``): torchvision's ``ImageFolder`` layout and extensions.
-  As ImageFolder does, the images of a class are found in its folder's subfolders too
+  (or the first of ``val/``, ``valid/``, ``validation/`` where there is no ``test/``): torchvision's ``ImageFolder``
+  layout and extensions. As ImageFolder does, the images of a class are found in its folder's subfolders too
   (``train/pneumonia/patient_001/img.png``, as PACS exports by patient; symbolic links followed, each folder read
-  once, so a link back up the tree cannot loop), and files with other extensions are ignored.
+  once, so a link back up the tree cannot loop). Nothing a hospital may expect to be read is left out silently:
+  files with other extensions (DICOM's ``.dcm``, say) and folders beside ``train/`` that are not read are named in
+  the listing's notes (the data check's report and the training log); images directly in a split's folder (no
+  class), a class folder that is a link to nowhere (a share not mounted) and a folder that cannot be read are
+  refused, and so is an image listed twice (by a link or a repeated manifest row), in either layout.
 - ``"datalist"``: a manifest of ``(image, label)`` rows, paths relative to the manifest's folder:
   JSON ``{"training": [{"image": "a.png", "label": "pneumonia"}, ...], "validation": [...]}`` (NVFlare's medical
   examples; ``"train"``/``"test"`` are accepted too), or CSV with the columns ``image,label`` and an optional
@@ -27,6 +31,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -38,6 +43,8 @@ SITE_DATA_FILE = "nvflare_moon_data.json"  # in the site's <workspace>/local/
 SITE_PATH_KEY = "site_path"  # the key of SITE_DATA_FILE
 OLD_SITE_PATH_KEY = "data_root"  # its key before site_path had its own name, still read
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+HELD_OUT_FOLDERS = ("test", "val", "valid", "validation")  # an image folder's held-out split: the first present
+OS_FILES = ("thumbs.db", "desktop.ini")  # the files Windows writes into folders: never images, not worth a note
 TRAIN_SECTIONS = ("training", "train")
 TEST_SECTIONS = ("validation", "test")
 
@@ -116,10 +123,32 @@ def list_site_files(kind: str, root: str, class_names: Sequence[str], site: str)
     """Every image of the site, labelled; ``kind`` is ``"image_folder"`` or ``"datalist"``."""
     names = check_class_names(class_names)
     if kind == "image_folder":
-        return _list_image_folder(root, names, site)
-    if kind == "datalist":
-        return _list_datalist(root, names, site)
-    raise ValueError(f"dataset must be one of {list(SITE_DATASETS)} for a site's own images, got {kind!r}")
+        files = _list_image_folder(root, names, site)
+    elif kind == "datalist":
+        files = _list_datalist(root, names, site)
+    else:
+        raise ValueError(f"dataset must be one of {list(SITE_DATASETS)} for a site's own images, got {kind!r}")
+    _refuse_listed_twice(files, site)
+    return files
+
+
+def _refuse_listed_twice(files: SiteFiles, site: str) -> None:
+    """Refuse an image listed twice, whatever the path that reaches it (a link, a repeated manifest row): in two
+    classes it trains on a wrong label, in both splits it inflates the held-out figures, in one class it counts twice."""
+    first = {}
+    held_out = files.test_split or "test"
+    for split, paths, labels in (
+        ("train", files.train_paths, files.train_labels),
+        (held_out, files.test_paths, files.test_labels),
+    ):
+        for path, label in zip(paths, labels):
+            entry = (split, files.class_names[label], path)
+            seen = first.setdefault(os.path.realpath(path), entry)
+            if seen is not entry:
+                raise SiteDataError(
+                    f"{site}: one image is listed twice: {seen[2]} ({seen[0]}, {seen[1]}) and {path} ({split}, "
+                    f"{entry[1]}); keep one (a link or a repeated manifest row reaches the same file)"
+                )
 
 
 # ---- image folder ---------------------------------------------------------------------------------------------------
@@ -129,13 +158,20 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
-def _images_under(class_dir: str) -> list:
-    """Every image file in ``class_dir`` and its subfolders, sorted by path relative to it; hidden files and folders
-    skipped. A folder reached a second time through a symbolic link, or a link to a folder above ``class_dir`` (whose
-    other classes it would read as this one), is not read."""
+def _images_under(class_dir: str, site: str) -> tuple[list, Counter]:
+    """Every image file in ``class_dir`` and its subfolders, sorted by path relative to it, and the other files'
+    count by extension (``""``: none); hidden files and folders and Windows' folder files skipped. A folder reached a
+    second time through a symbolic link, or a link to a folder above ``class_dir`` (whose other classes it would read
+    as this one), is not read. A folder that cannot be read is refused: its images would be lost without a word."""
+
+    def refuse(error: OSError):
+        raise SiteDataError(
+            f"{site}: cannot read {error.filename} ({error.strerror}); give the account the site runs as read access"
+        )
+
     top = os.path.realpath(class_dir)
-    seen, found = set(), []
-    for folder, subfolders, files in os.walk(class_dir, followlinks=True):
+    seen, found, others = set(), [], Counter()
+    for folder, subfolders, files in os.walk(class_dir, followlinks=True, onerror=refuse):
         real = os.path.realpath(folder)
         if real in seen or (real != top and os.path.commonpath([real, top]) == real):
             subfolders[:] = []
@@ -143,30 +179,63 @@ def _images_under(class_dir: str) -> list:
         seen.add(real)
         subfolders[:] = [d for d in subfolders if not d.startswith(".")]
         found += [os.path.join(folder, f) for f in files if _is_image(f)]
-    return sorted(found, key=lambda path: os.path.relpath(path, class_dir).split(os.sep))
+        others.update(
+            os.path.splitext(f)[1].lower()
+            for f in files
+            if not _is_image(f) and not f.startswith(".") and f.lower() not in OS_FILES
+        )
+    return sorted(found, key=lambda path: os.path.relpath(path, class_dir).split(os.sep)), others
 
 
-def _list_split(folder: str, names: tuple, site: str) -> tuple[list, list]:
+def _described(others: Counter) -> str:
+    """``".dcm ×12, no extension ×3"``."""
+    return ", ".join(f"{ext or 'no extension'} ×{n}" for ext, n in sorted(others.items(), key=lambda kv: -kv[1]))
+
+
+def _unread_note(folder: str, others: Counter) -> str:
+    dicom = " (DICOM: export it as PNG or TIFF first)" if {".dcm", ""} & set(others) else ""
+    return (
+        f"{folder}: {sum(others.values())} file(s) not read, not of an image extension ({_described(others)}); "
+        f"only {', '.join(IMAGE_EXTENSIONS)} are read{dicom}"
+    )
+
+
+def _list_split(folder: str, names: tuple, site: str) -> tuple[list, list, Counter]:
+    """The images of one split's folder with their labels, and the count of the files it does not read."""
     index = {name: k for k, name in enumerate(names)}
-    paths, labels = [], []
-    for entry in sorted(os.listdir(folder)):
+    paths, labels, others = [], [], Counter()
+    entries = [entry for entry in sorted(os.listdir(folder)) if not entry.startswith(".")]
+    loose = [entry for entry in entries if _is_image(entry) and not os.path.isdir(os.path.join(folder, entry))]
+    if loose:
+        raise SiteDataError(
+            f"{site}: {len(loose)} image(s) directly in {folder} ({loose[0]}, ...) have no class: move each into "
+            f"{folder}/<class>/"
+        )
+    for entry in entries:
         class_dir = os.path.join(folder, entry)
-        if entry.startswith(".") or not os.path.isdir(class_dir):
+        if os.path.islink(class_dir) and not os.path.exists(class_dir):
+            raise SiteDataError(
+                f"{site}: {class_dir} links to {os.readlink(class_dir)}, which cannot be reached (a share not "
+                "mounted?); mount it, or remove the link"
+            )
+        if not os.path.isdir(class_dir):
             continue
         if entry not in index:
             raise SiteDataError(
                 f"{site}: class folder {class_dir} is not in the job's class_names {list(names)}; rename or remove "
                 "the folder, or add the class to class_names (the same list on every site)"
             )
-        files = _images_under(class_dir)
+        files, unread = _images_under(class_dir, site)
         if not files:
+            held = f"; it holds {_described(unread)}, not read" if unread else ""
             raise SiteDataError(
                 f"{site}: class folder {class_dir} holds no images, nor do its subfolders (extensions "
-                f"{', '.join(IMAGE_EXTENSIONS)}); remove the empty folder, or put its images there"
+                f"{', '.join(IMAGE_EXTENSIONS)}){held}; remove the folder, or put its images there as one of these"
             )
         paths += files
         labels += [index[entry]] * len(files)
-    return paths, labels
+        others += unread
+    return paths, labels, others
 
 
 def _list_image_folder(root: str, names: tuple, site: str) -> SiteFiles:
@@ -180,15 +249,30 @@ def _list_image_folder(root: str, names: tuple, site: str) -> SiteFiles:
     train = _list_split(train_dir, names, site)
     if not train[0]:
         raise SiteDataError(f"{site}: {train_dir} holds no class folders with images (expected train/<class>/<image>)")
-    held_out = [split for split in ("test", "val") if os.path.isdir(os.path.join(root, split))]
-    notes = ()
-    if len(held_out) == 2:
-        notes = (
-            f"{root}/val/ is not read: {root}/test/ is the held-out split (merge val/ into train/ or test/ to use it)",
-        )
-    test = _list_split(os.path.join(root, held_out[0]), names, site) if held_out else ([], [])
+    held_out = [split for split in HELD_OUT_FOLDERS if os.path.isdir(os.path.join(root, split))]
     split = held_out[0] if held_out else ""
-    return SiteFiles(root, names, tuple(train[0]), tuple(train[1]), tuple(test[0]), tuple(test[1]), split, notes)
+    test = _list_split(os.path.join(root, split), names, site) if held_out else ([], [], Counter())
+    notes = [
+        f"{root}/{other}/ is not read: {root}/{split}/ is the held-out split (merge {other}/ into train/ or {split}/ "
+        "to use it)"
+        for other in held_out[1:]
+    ]
+    beside = sorted(
+        entry
+        for entry in os.listdir(root)
+        if os.path.isdir(os.path.join(root, entry)) and not entry.startswith(".") and entry not in ("train", *held_out)
+    )
+    notes += [
+        f"{root}/{entry}/ is not read: an image folder holds train/ and one held-out split, the first of "
+        f"{', '.join(f'{name}/' for name in HELD_OUT_FOLDERS)}"
+        for entry in beside
+    ]
+    notes += [
+        _unread_note(folder, others)
+        for folder, others in ((train_dir, train[2]), (os.path.join(root, split), test[2]))
+        if others
+    ]
+    return SiteFiles(root, names, tuple(train[0]), tuple(train[1]), tuple(test[0]), tuple(test[1]), split, tuple(notes))
 
 
 # ---- datalist -------------------------------------------------------------------------------------------------------

@@ -277,6 +277,15 @@ def test_what_would_lose_a_sites_images_is_refused_naming_it(tmp_path, make, exp
     assert str(refused.value).startswith("hospital-2: ")
 
 
+def test_a_datalist_csv_saved_by_excel_with_a_byte_order_mark_is_read(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"normal": 1, "covid": 1})
+    (tmp_path / "rows.csv").write_bytes(
+        "image,label\ntrain/normal/0000.png,normal\ntrain/covid/0000.png,covid\n".encode("utf-8-sig")
+    )
+    files = list_site_files("datalist", str(tmp_path / "rows.csv"), CLASSES, "site-1")
+    assert files.train_labels == (0, 2)
+
+
 def a_class_linked_into_another(root):
     os.symlink(root / "train" / "normal" / "0000.png", root / "train" / "pneumonia" / "0009.png")
 

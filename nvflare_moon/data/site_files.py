@@ -294,7 +294,7 @@ def _read_manifest(path: str, site: str) -> dict:
     """``{"train": [(image, label, where)], "test": [...]}`` with ``where`` naming the row for error messages."""
     rows = {"train": [], "test": []}
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # utf-8-sig: a CSV saved by Excel starts with a BOM
             if path.lower().endswith(".csv"):
                 reader = csv.DictReader(f)
                 if not reader.fieldnames or not {"image", "label"} <= set(reader.fieldnames):

@@ -162,6 +162,10 @@ def test_redact_paths_replaces_the_named_paths_longest_first_and_any_other_absol
     assert redact_paths("needs <root>/train/<class>/<image>, a train/ folder", {}) == (
         "needs <root>/train/<class>/<image>, a train/ folder"
     )
+    deep = "cannot decode /data/h1/train/covid/MRN-0042/scan 3.png; listed twice: /data/h1/train/covid/MRN-0042/a.png"
+    assert redact_paths(deep, paths) == (  # the split and the class kept, not a patient's folder or a file's name
+        "cannot decode <site_path>/train/covid/… 3.png; listed twice: <site_path>/train/covid/…"
+    )
 
 
 def test_the_label_plot_is_written(tmp_path):

@@ -260,18 +260,45 @@ def class_on_a_share_not_mounted(train):
     os.symlink(train.parent / "unmounted", train / "covid")
 
 
+def patient_on_a_share_not_mounted(train):
+    os.symlink("../../unmounted/patient_7", train / "pneumonia" / "patient_7")  # relative, as links often are
+
+
+def unreadable_patient_folder(train, monkeypatch):
+    (train / "pneumonia" / "patient_8").mkdir()
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path).endswith("patient_8"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))  # what a non-root site account meets
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
 @pytest.mark.parametrize(
     "make, expected",
     [
         (dicom_only_class, "covid holds no images, .* it holds .dcm ×1, not read"),
-        (image_with_no_class, r"1 image\(s\) directly in .*train \(0000.png, ...\) have no class"),
+        (image_with_no_class, r"1 image\(s\) directly in .*train have no class: move each into .*train/<class>/"),
         (class_on_a_share_not_mounted, "covid links to .*unmounted, which cannot be reached"),
+        (patient_on_a_share_not_mounted, f"patient_7 links to {os.sep}.*unmounted/patient_7, which cannot be reached"),
+        (unreadable_patient_folder, r"cannot read .*pneumonia/patient_8 \(Permission denied\); give the account"),
     ],
-    ids=["a class of DICOM only", "an image with no class", "a class on a share not mounted"],
+    ids=[
+        "a class of DICOM only",
+        "an image with no class",
+        "a class on a share not mounted",
+        "a patient on a share not mounted",
+        "a folder it may not read",
+    ],
 )
-def test_what_would_lose_a_sites_images_is_refused_naming_it(tmp_path, make, expected):
+def test_what_would_lose_a_sites_images_is_refused_naming_it(tmp_path, monkeypatch, make, expected):
     write_image_folder(tmp_path, CLASSES, {"normal": 2, "pneumonia": 2})
-    make(tmp_path / "train")
+    if make is unreadable_patient_folder:
+        make(tmp_path / "train", monkeypatch)
+    else:
+        make(tmp_path / "train")
     with pytest.raises(SiteDataError, match=expected) as refused:
         list_site_files("image_folder", str(tmp_path), CLASSES, "hospital-2")
     assert str(refused.value).startswith("hospital-2: ")
@@ -333,6 +360,8 @@ def test_validation_is_a_held_out_split_and_other_folders_beside_train_are_named
     write_image_folder(tmp_path, CLASSES, {"normal": 3, "covid": 3})
     write_split(tmp_path / "validation", {"normal": (0, 2)})
     write_split(tmp_path / "Test", {"covid": (2, 1)})  # another case: not the held-out split
+    (tmp_path / "lost+found").mkdir()  # a file system's own folder: no note
+    os.symlink(tmp_path / "train", tmp_path / "train_link")  # the train/ folder by another name: read, so no note
     files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
     assert files.test_split == "validation" and files.test_labels == (0, 0)
     assert files.notes == (

@@ -45,6 +45,7 @@ OLD_SITE_PATH_KEY = "data_root"  # its key before site_path had its own name, st
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 HELD_OUT_FOLDERS = ("test", "val", "valid", "validation")  # an image folder's held-out split: the first present
 OS_FILES = ("thumbs.db", "desktop.ini")  # the files Windows writes into folders: never images, not worth a note
+IGNORED_BESIDE = ("lost+found", "__MACOSX")  # folders a file system or an archive leaves beside train/: no note
 TRAIN_SECTIONS = ("training", "train")
 TEST_SECTIONS = ("validation", "test")
 
@@ -133,8 +134,9 @@ def list_site_files(kind: str, root: str, class_names: Sequence[str], site: str)
 
 
 def _refuse_listed_twice(files: SiteFiles, site: str) -> None:
-    """Refuse an image listed twice, whatever the path that reaches it (a link, a repeated manifest row): in two
-    classes it trains on a wrong label, in both splits it inflates the held-out figures, in one class it counts twice."""
+    """Refuse an image listed twice, whatever the path that reaches it (a link, a hard link, a repeated manifest row;
+    found by device and inode, one ``stat`` a file): in two classes it trains on a wrong label, in both splits it
+    inflates the held-out figures, in one class it counts twice."""
     first = {}
     held_out = files.test_split or "test"
     for split, paths, labels in (
@@ -143,7 +145,11 @@ def _refuse_listed_twice(files: SiteFiles, site: str) -> None:
     ):
         for path, label in zip(paths, labels):
             entry = (split, files.class_names[label], path)
-            seen = first.setdefault(os.path.realpath(path), entry)
+            try:
+                stat = os.stat(path)
+            except OSError as e:
+                raise _unreadable(site, path, e.strerror) from e
+            seen = first.setdefault((stat.st_dev, stat.st_ino), entry)
             if seen is not entry:
                 raise SiteDataError(
                     f"{site}: one image is listed twice: {seen[2]} ({seen[0]}, {seen[1]}) and {path} ({split}, "
@@ -158,16 +164,37 @@ def _is_image(name: str) -> bool:
     return name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
 
 
+def _unreadable(site: str, path: str, reason: str) -> SiteDataError:
+    return SiteDataError(f"{site}: cannot read {path} ({reason}); give the account the site runs as read access")
+
+
+def _refuse_unreachable_link(path: str, site: str) -> None:
+    """A link whose target cannot be reached (a share not mounted) would drop what it holds without a word."""
+    if os.path.islink(path) and not os.path.exists(path):
+        target = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+        raise SiteDataError(
+            f"{site}: {path} links to {target}, which cannot be reached (a share not mounted?); mount it, or remove "
+            "the link"
+        )
+
+
+def _entries(folder: str, site: str) -> list:
+    """The names in ``folder`` that are not hidden, sorted; refused when the folder cannot be listed."""
+    try:
+        return sorted(entry for entry in os.listdir(folder) if not entry.startswith("."))
+    except OSError as e:
+        raise _unreadable(site, folder, e.strerror) from e
+
+
 def _images_under(class_dir: str, site: str) -> tuple[list, Counter]:
     """Every image file in ``class_dir`` and its subfolders, sorted by path relative to it, and the other files'
     count by extension (``""``: none); hidden files and folders and Windows' folder files skipped. A folder reached a
     second time through a symbolic link, or a link to a folder above ``class_dir`` (whose other classes it would read
-    as this one), is not read. A folder that cannot be read is refused: its images would be lost without a word."""
+    as this one), is not read. A folder that cannot be read, and a link that cannot be reached, are refused: what
+    they hold would be lost without a word."""
 
     def refuse(error: OSError):
-        raise SiteDataError(
-            f"{site}: cannot read {error.filename} ({error.strerror}); give the account the site runs as read access"
-        )
+        raise _unreadable(site, error.filename, error.strerror)
 
     top = os.path.realpath(class_dir)
     seen, found, others = set(), [], Counter()
@@ -178,6 +205,8 @@ def _images_under(class_dir: str, site: str) -> tuple[list, Counter]:
             continue
         seen.add(real)
         subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+        for f in files:
+            _refuse_unreachable_link(os.path.join(folder, f), site)  # os.walk lists a dangling link as a file
         found += [os.path.join(folder, f) for f in files if _is_image(f)]
         others.update(
             os.path.splitext(f)[1].lower()
@@ -189,11 +218,13 @@ def _images_under(class_dir: str, site: str) -> tuple[list, Counter]:
 
 def _described(others: Counter) -> str:
     """``".dcm ×12, no extension ×3"``."""
-    return ", ".join(f"{ext or 'no extension'} ×{n}" for ext, n in sorted(others.items(), key=lambda kv: -kv[1]))
+    return ", ".join(
+        f"{ext or 'no extension'} ×{n}" for ext, n in sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def _unread_note(folder: str, others: Counter) -> str:
-    dicom = " (DICOM: export it as PNG or TIFF first)" if {".dcm", ""} & set(others) else ""
+    dicom = " (DICOM: export it as PNG or TIFF first)" if ".dcm" in others else ""
     return (
         f"{folder}: {sum(others.values())} file(s) not read, not of an image extension ({_described(others)}); "
         f"only {', '.join(IMAGE_EXTENSIONS)} are read{dicom}"
@@ -204,20 +235,15 @@ def _list_split(folder: str, names: tuple, site: str) -> tuple[list, list, Count
     """The images of one split's folder with their labels, and the count of the files it does not read."""
     index = {name: k for k, name in enumerate(names)}
     paths, labels, others = [], [], Counter()
-    entries = [entry for entry in sorted(os.listdir(folder)) if not entry.startswith(".")]
+    entries = _entries(folder, site)
     loose = [entry for entry in entries if _is_image(entry) and not os.path.isdir(os.path.join(folder, entry))]
     if loose:
         raise SiteDataError(
-            f"{site}: {len(loose)} image(s) directly in {folder} ({loose[0]}, ...) have no class: move each into "
-            f"{folder}/<class>/"
+            f"{site}: {len(loose)} image(s) directly in {folder} have no class: move each into {folder}/<class>/"
         )
     for entry in entries:
         class_dir = os.path.join(folder, entry)
-        if os.path.islink(class_dir) and not os.path.exists(class_dir):
-            raise SiteDataError(
-                f"{site}: {class_dir} links to {os.readlink(class_dir)}, which cannot be reached (a share not "
-                "mounted?); mount it, or remove the link"
-            )
+        _refuse_unreachable_link(class_dir, site)
         if not os.path.isdir(class_dir):
             continue
         if entry not in index:
@@ -257,11 +283,14 @@ def _list_image_folder(root: str, names: tuple, site: str) -> SiteFiles:
         "to use it)"
         for other in held_out[1:]
     ]
-    beside = sorted(
+    read = [os.path.join(root, name) for name in ("train", *held_out)]
+    beside = [
         entry
-        for entry in os.listdir(root)
-        if os.path.isdir(os.path.join(root, entry)) and not entry.startswith(".") and entry not in ("train", *held_out)
-    )
+        for entry in _entries(root, site)
+        if os.path.isdir(os.path.join(root, entry))
+        and entry not in IGNORED_BESIDE
+        and not any(os.path.samefile(os.path.join(root, entry), path) for path in read)  # Train/ where case is folded
+    ]
     notes += [
         f"{root}/{entry}/ is not read: an image folder holds train/ and one held-out split, the first of "
         f"{', '.join(f'{name}/' for name in HELD_OUT_FOLDERS)}"

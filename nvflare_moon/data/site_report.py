@@ -46,6 +46,7 @@ REPORT_KEY = "data_report"  # where a site's report is in the data of its reply 
 MAX_SIZES = 20  # image sizes listed one by one in a report; the others are counted together as "other"
 ROUND = 4  # decimals of the shares and distances in the summary
 Count = Union[int, str]  # a count, or "<k" for one below the suppression threshold k
+_NAME = r"[^/\s'\"(),;]+"  # one name of a path inside a message
 _ABSOLUTE_PATH = re.compile(r"(?<![\w<>./~-])/[^\s'\"(),;]+")  # a POSIX absolute path inside a message
 
 
@@ -105,10 +106,14 @@ def size_counts(sizes: Mapping[str, int], min_count: int) -> Dict[str, Count]:
 def redact_paths(message: str, paths: Mapping[Optional[str], str]) -> str:
     """``message`` with each of ``paths`` (path -> placeholder, e.g. the site's data location -> ``"<site_path>"``; None
     and empty paths skipped) replaced where it stands whole (``/data/h1`` in ``/data/h1/train``, not in
-    ``/data/h1-old``), longest first, and any other absolute path replaced by ``"<path>"``."""
+    ``/data/h1-old``), longest first, and any other absolute path replaced by ``"<path>"``. Under a placeholder at
+    most two names are kept, the split and the class (``<site_path>/train/covid/…``): deeper names, a patient's
+    folder or a file's, may identify a person."""
     for path in sorted((p for p in paths if p), key=len, reverse=True):
         whole = re.compile(rf"(?<![\w./~-]){re.escape(path.rstrip('/') or path)}(?![\w.~-])")  # not part of a name
         message = whole.sub(lambda _: paths[path], message)
+    for placeholder in set(paths.values()):
+        message = re.sub(rf"({re.escape(placeholder)}/{_NAME}/{_NAME})(?:/{_NAME})+", r"\1/…", message)
     return _ABSOLUTE_PATH.sub("<path>", message)
 
 

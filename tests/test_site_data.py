@@ -14,8 +14,9 @@ from nvflare_moon import executors
 from nvflare_moon.core.specs import DataSpec, TrainingSpec
 from nvflare_moon.core.weights import state_dict_to_numpy
 from nvflare_moon.data import TensorBatchLoader, image_cache
-from nvflare_moon.data.site_data import SiteDataSettings, load_site_data, stratified_holdout
+from nvflare_moon.data.site_data import SiteDataSettings, list_and_decode, load_site_data, stratified_holdout
 from nvflare_moon.data.site_files import SITE_DATA_ENV, SiteDataError, list_site_files, resolve_site_root
+from nvflare_moon.data.site_report import site_report
 from nvflare_moon.models import Network
 
 from .executor_harness import run_task, site_context, started
@@ -132,13 +133,29 @@ def test_settings_name_the_bad_argument():
 def test_pixels_are_resized_converted_and_16_bit_scaled(tmp_path):
     Image.new("RGB", (20, 24), (10, 200, 30)).save(tmp_path / "rgb.png")
     Image.fromarray(np.full((24, 20), 100 * 257, dtype=np.uint16)).save(tmp_path / "deep.png")
-    pixels, size, source = image_cache.decode_image(str(tmp_path / "rgb.png"), 16, 3)
-    assert pixels.shape == (3, 16, 16) and size == (20, 24) and source == 3
+    pixels, size, source, narrow = image_cache.decode_image(str(tmp_path / "rgb.png"), 16, 3)
+    assert pixels.shape == (3, 16, 16) and size == (20, 24) and source == 3 and not narrow
     assert pixels[:, 5, 5].tolist() == [10, 200, 30]  # a uniform image stays uniform through the resize
-    pixels, _, source = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 1)
+    pixels, _, source, narrow = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 1)
     assert source == 1 and pixels.shape == (1, 16, 16) and int(pixels.min()) == int(pixels.max()) == 100
-    replicated, _, _ = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 3)
+    assert not narrow  # 100 * 257 uses the 16-bit range
+    replicated, _, _, _ = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 3)
     assert replicated.shape == (3, 16, 16) and (replicated == 100).all()
+
+
+def test_twelve_bit_data_in_16_bit_files_is_counted_and_named_in_the_log_and_the_data_check(tmp_path, caplog):
+    write_image_folder(tmp_path, CLASSES, {"normal": 2, "covid": 6})
+    for i in range(6):  # a scanner's 12-bit values (up to 4095) in 16-bit PNGs: 4095 / 257 is 16 of 255
+        level = np.full((24, 20), 4095 - i, dtype=np.uint16)
+        Image.fromarray(level).save(tmp_path / "train" / "covid" / f"{i:04d}.png")
+    with caplog.at_level("WARNING"):
+        data = load_site_data(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert int(data.images.images[data.images.labels == 2].max()) == 16  # nearly black, as the warning says
+    assert "site-1: 6 16-bit image file(s) hold values below 4096 only (12-bit data?)" in caplog.text
+    files, decoded = list_and_decode(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert decoded.narrow_16bit == 6  # read back from the decoded copy
+    report = site_report(files, decoded, settings(channels=1))
+    assert report["notes"][-1].startswith("6 16-bit image file(s) hold values below 4096 only")
 
 
 def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_changes(tmp_path, monkeypatch):

@@ -37,9 +37,10 @@ import torch
 from .decoded_cache import CACHE_FOLDER
 
 _LOG = logging.getLogger(__name__)
-FORMAT = 1  # bump when the file layout or the pixel conversion changes
+FORMAT = 2  # bump when the file layout or the pixel conversion changes (2: the narrow 16-bit count)
 GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F")
 SIXTEEN_BIT_MODES = ("I", "I;16", "I;16B", "I;16L")
+TWELVE_BIT_LIMIT = 4096  # a 16-bit file whose values all stay below it holds 12-bit data
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class DecodedImages:
     source_channels: dict  # {"1": count, "3": count}: grayscale and colour files among the readable ones
     sizes: dict  # {"WxH": count} of the readable files, before resizing
     folder: str  # where the decoded copy is
+    narrow_16bit: int = 0  # 16-bit files whose values all stay below 4096 (12-bit data): nearly black once scaled
 
 
 def cache_key(paths: Sequence[str], base: str, image_size: int, channels: int) -> str:
@@ -63,22 +65,25 @@ def cache_key(paths: Sequence[str], base: str, image_size: int, channels: int) -
     return f"images-{image_size}px-{channels}ch-{digest.hexdigest()}"
 
 
-def decode_image(path: str, image_size: int, channels: int) -> tuple[np.ndarray, tuple, int]:
-    """``(pixels uint8 [C, S, S], (width, height), source channels 1 or 3)`` of one file; raises on a bad file."""
+def decode_image(path: str, image_size: int, channels: int) -> tuple[np.ndarray, tuple, int, bool]:
+    """``(pixels uint8 [C, S, S], (width, height), source channels 1 or 3, narrow)`` of one file, ``narrow`` for a
+    16-bit file whose values all stay below 4096, which the scaling over the full 16-bit range leaves nearly black
+    (12-bit data, as some scanners write); raises on a bad file."""
     from PIL import Image
 
     with Image.open(path) as im:
         im.load()
-        size, mode = im.size, im.mode
+        size, mode, narrow = im.size, im.mode, False
         if mode in SIXTEEN_BIT_MODES:
             wide = np.asarray(im, dtype=np.float64)
+            narrow = bool(wide.max() < TWELVE_BIT_LIMIT)
             im = Image.fromarray(np.clip(np.rint(wide / 257.0), 0, 255).astype(np.uint8), "L")
         im = im.convert("L" if channels == 1 else "RGB")
         if im.size != (image_size, image_size):
             im = im.resize((image_size, image_size), Image.BILINEAR)
         pixels = np.asarray(im, dtype=np.uint8)
     pixels = pixels[None] if channels == 1 else pixels.transpose(2, 0, 1)
-    return np.ascontiguousarray(pixels), size, 1 if mode in GRAYSCALE_MODES else 3
+    return np.ascontiguousarray(pixels), size, 1 if mode in GRAYSCALE_MODES else 3, narrow
 
 
 def load_or_decode_images(
@@ -116,6 +121,7 @@ def _open(folder: str) -> Optional[DecodedImages]:
         meta["source_channels"],
         meta["sizes"],
         folder,
+        meta.get("narrow_16bit", 0),
     )
 
 
@@ -134,7 +140,7 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
         except Exception as e:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError, ...
             return f"{type(e).__name__}: {e}"
 
-    kept, unreadable, source_channels, sizes = [], [], Counter(), Counter()
+    kept, unreadable, source_channels, sizes, narrow_16bit = [], [], Counter(), Counter(), 0
     report_every = max(1000, len(paths) // 10)  # a large folder takes minutes: say how far it is
     _LOG.info(f"decoding {len(paths)} images into {folder} (once: later starts map the copy)")
     try:
@@ -146,9 +152,10 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
                 if isinstance(result, str):
                     unreadable.append([os.path.relpath(paths[i], base), result])
                     continue
-                pixels, (width, height), source = result
+                pixels, (width, height), source, narrow = result
                 out.write(pixels.tobytes())
                 kept.append(i)
+                narrow_16bit += narrow
                 source_channels[str(source)] += 1
                 sizes[f"{width}x{height}"] += 1
         meta = dict(
@@ -158,6 +165,7 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
             unreadable=unreadable,
             source_channels=dict(source_channels),
             sizes=dict(sizes),
+            narrow_16bit=narrow_16bit,
         )
         with open(os.path.join(staging, "meta.json"), "w") as f:
             json.dump(meta, f)

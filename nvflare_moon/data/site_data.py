@@ -155,6 +155,15 @@ def describe_channels(decoded: DecodedImages) -> str:
     return ", ".join(f"{n} {'grayscale' if c == '1' else 'colour'}" for c, n in kinds)
 
 
+def narrow_16bit_note(count) -> str:
+    """What ``count`` 16-bit files holding 12-bit data mean for training, and the fix."""
+    return (
+        f"{count} 16-bit image file(s) hold values below 4096 only (12-bit data?): scaled over the full 16-bit range "
+        "(v / 257) they come out nearly black, at most 16 of 255; rescale them to the full 16-bit range, or export "
+        "them as 8-bit, before training"
+    )
+
+
 def check_decoded(decoded: DecodedImages, settings: SiteDataSettings, site: str) -> None:
     """Refuse more than ``max_unreadable`` undecodable files, and (``strict_channels``) grayscale mixed with colour;
     warn for the rest."""
@@ -171,6 +180,8 @@ def check_decoded(decoded: DecodedImages, settings: SiteDataSettings, site: str)
         _LOG.warning(
             f"{site}: skipping {len(bad)} unreadable image file(s) (max_unreadable={max_unreadable}): {listed}"
         )
+    if decoded.narrow_16bit:
+        _LOG.warning(f"{site}: {narrow_16bit_note(decoded.narrow_16bit)}")
     if len(decoded.source_channels) < 2:
         return
     if settings.strict_channels:

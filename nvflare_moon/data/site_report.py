@@ -38,7 +38,7 @@ from typing import Dict, Mapping, Optional, Union
 import numpy as np
 
 from .image_cache import DecodedImages
-from .site_data import SiteDataSettings, channel_conversions
+from .site_data import SiteDataSettings, channel_conversions, narrow_16bit_note
 from .site_files import SiteFiles
 
 DATA_CHECK_TASK = "data_check"  # the task the server sends and the sites answer
@@ -90,7 +90,8 @@ def site_report(files: SiteFiles, decoded: DecodedImages, settings: SiteDataSett
         "converted": suppress(channel_conversions(decoded, settings.channels), min_count),
         "sizes": size_counts(decoded.sizes, min_count),
         "problems": problems,
-        "notes": [redact_paths(note, {files.root: "<site_path>"}) for note in files.notes],
+        "notes": [redact_paths(note, {files.root: "<site_path>"}) for note in files.notes]
+        + ([narrow_16bit_note(suppress(decoded.narrow_16bit, min_count))] if decoded.narrow_16bit else []),
     }
 
 

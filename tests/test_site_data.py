@@ -148,6 +148,7 @@ def test_twelve_bit_data_in_16_bit_files_is_counted_and_named_in_the_log_and_the
     for i in range(6):  # a scanner's 12-bit values (up to 4095) in 16-bit PNGs: 4095 / 257 is 16 of 255
         level = np.full((24, 20), 4095 - i, dtype=np.uint16)
         Image.fromarray(level).save(tmp_path / "train" / "covid" / f"{i:04d}.png")
+    Image.fromarray(np.zeros((24, 20), dtype=np.uint16)).save(tmp_path / "train" / "covid" / "blank.png")  # not 12-bit
     with caplog.at_level("WARNING"):
         data = load_site_data(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
     assert int(data.images.images[data.images.labels == 2].max()) == 16  # nearly black, as the warning says
@@ -156,6 +157,8 @@ def test_twelve_bit_data_in_16_bit_files_is_counted_and_named_in_the_log_and_the
     assert decoded.narrow_16bit == 6  # read back from the decoded copy
     report = site_report(files, decoded, settings(channels=1))
     assert report["notes"][-1].startswith("6 16-bit image file(s) hold values below 4096 only")
+    few = site_report(files, decoded, settings(channels=1), min_count=10)
+    assert few["notes"][-1].startswith("<10 16-bit image file(s)")  # a small count is suppressed, as every count
 
 
 def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_changes(tmp_path, monkeypatch):

@@ -67,8 +67,8 @@ def cache_key(paths: Sequence[str], base: str, image_size: int, channels: int) -
 
 def decode_image(path: str, image_size: int, channels: int) -> tuple[np.ndarray, tuple, int, bool]:
     """``(pixels uint8 [C, S, S], (width, height), source channels 1 or 3, narrow)`` of one file, ``narrow`` for a
-    16-bit file whose values all stay below 4096, which the scaling over the full 16-bit range leaves nearly black
-    (12-bit data, as some scanners write); raises on a bad file."""
+    16-bit file whose values (none negative, not all 0) all stay below 4096, which the scaling over the full 16-bit
+    range leaves nearly black (12-bit data, as some scanners write); raises on a bad file."""
     from PIL import Image
 
     with Image.open(path) as im:
@@ -76,7 +76,7 @@ def decode_image(path: str, image_size: int, channels: int) -> tuple[np.ndarray,
         size, mode, narrow = im.size, im.mode, False
         if mode in SIXTEEN_BIT_MODES:
             wide = np.asarray(im, dtype=np.float64)
-            narrow = bool(wide.max() < TWELVE_BIT_LIMIT)
+            narrow = bool(wide.min() >= 0 and 0 < wide.max() < TWELVE_BIT_LIMIT)  # not blank, not signed data
             im = Image.fromarray(np.clip(np.rint(wide / 257.0), 0, 255).astype(np.uint8), "L")
         im = im.convert("L" if channels == 1 else "RGB")
         if im.size != (image_size, image_size):

@@ -1,7 +1,10 @@
 """A site's own images: listing, refusals by name, decoding into the memory-mapped copy, the held-out split."""
 
+import dataclasses
 import json
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,13 +136,13 @@ def test_settings_name_the_bad_argument():
 def test_pixels_are_resized_converted_and_16_bit_scaled(tmp_path):
     Image.new("RGB", (20, 24), (10, 200, 30)).save(tmp_path / "rgb.png")
     Image.fromarray(np.full((24, 20), 100 * 257, dtype=np.uint16)).save(tmp_path / "deep.png")
-    pixels, size, source, narrow = image_cache.decode_image(str(tmp_path / "rgb.png"), 16, 3)
-    assert pixels.shape == (3, 16, 16) and size == (20, 24) and source == 3 and not narrow
+    pixels, size, source, depth, value_range = image_cache.decode_image(str(tmp_path / "rgb.png"), 16, 3)
+    assert pixels.shape == (3, 16, 16) and size == (20, 24) and source == 3 and depth == "" and value_range == ()
     assert pixels[:, 5, 5].tolist() == [10, 200, 30]  # a uniform image stays uniform through the resize
-    pixels, _, source, narrow = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 1)
+    pixels, _, source, depth, value_range = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 1)
     assert source == 1 and pixels.shape == (1, 16, 16) and int(pixels.min()) == int(pixels.max()) == 100
-    assert not narrow  # 100 * 257 uses the 16-bit range
-    replicated, _, _, _ = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 3)
+    assert depth == "" and value_range == (25700, 25700)  # 100 * 257 uses the 16-bit range
+    replicated = image_cache.decode_image(str(tmp_path / "deep.png"), 16, 3).pixels
     assert replicated.shape == (3, 16, 16) and (replicated == 100).all()
 
 
@@ -159,6 +162,51 @@ def test_twelve_bit_data_in_16_bit_files_is_counted_and_named_in_the_log_and_the
     assert report["notes"][-1].startswith("6 16-bit image file(s) hold values below 4096 only")
     few = site_report(files, decoded, settings(channels=1), min_count=10)
     assert few["notes"][-1].startswith("<10 16-bit image file(s)")  # a small count is suppressed, as every count
+
+
+def write_wide(path, value, dtype, air_rows=0):
+    """A 20 x 24 TIFF of ``value``, its first ``air_rows`` rows -1000 (CT's air around the body; signed 16-bit data
+    opens as 32-bit integers, as PIL reads CT's)."""
+    pixels = np.full((24, 20), value, dtype=dtype)
+    pixels[:air_rows] = -1000
+    Image.fromarray(pixels).save(path)
+
+
+def test_signed_or_floating_point_files_are_refused_until_an_intensity_window_maps_them(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"normal": 2, "covid": 3})
+    for i, hounsfield in enumerate((-160, 0, 240)):  # CT: clipping at 0 would leave soft tissue black (40 / 257)
+        write_wide(tmp_path / "train" / "covid" / f"ct{i}.tif", hounsfield, np.int32, air_rows=4)
+    with pytest.raises(SiteDataError, match=r"site-1: 3 image file\(s\) hold negative values") as refused:
+        load_site_data(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert "set site_data's intensity_window to [low, high]" in str(refused.value)
+    assert "train/covid/ct1.tif holds -1000 to 0" in str(refused.value)  # the site's own log names examples
+    files, decoded = list_and_decode(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    assert decoded.unscaled == 3  # read back from the decoded copy
+    assert site_report(files, decoded, settings(channels=1), min_count=5)["problems"][0].startswith(
+        "<5 image file(s) hold negative values"  # suppressed, and no file name leaves the site
+    )
+
+    windowed = settings(channels=1, intensity_window=[-160, 240])  # a soft-tissue window: -160 black, 240 white
+    data = load_site_data(windowed, str(tmp_path), "site-1", str(tmp_path / "ws"))  # decoded again: a new key
+    covid = data.images.images[data.images.labels == 2]
+    assert [int(image.max()) for image in covid[-3:]] == [0, 102, 255]  # ct0-2: rint((v + 160) * 255 / 400); 0 -> 102
+    eight_bit = sorted((tmp_path / "train" / "normal").iterdir())
+    unwindowed = [image_cache.decode_image(str(path), 16, 1).pixels for path in eight_bit]
+    assert torch.equal(data.images.images[data.images.labels == 0], torch.from_numpy(np.stack(unwindowed)))
+
+
+def test_floating_point_files_need_a_window_and_twelve_bit_data_is_shown_whole_through_one(tmp_path):
+    write_wide(tmp_path / "float.tif", 0.25, np.float32)
+    assert image_cache.decode_image(str(tmp_path / "float.tif"), 16, 1).depth == image_cache.UNSCALED
+    assert int(image_cache.decode_image(str(tmp_path / "float.tif"), 16, 1, (0.0, 1.0)).pixels.max()) == 64  # 63.75
+    Image.fromarray(np.full((24, 20), 4095, dtype=np.uint16)).save(tmp_path / "twelve.png")
+    assert image_cache.decode_image(str(tmp_path / "twelve.png"), 16, 1).depth == image_cache.NARROW
+    shown = image_cache.decode_image(str(tmp_path / "twelve.png"), 16, 1, (0.0, 4095.0))
+    assert shown.depth == "" and int(shown.pixels.max()) == 255  # not 16 of 255
+    assert settings(intensity_window=[0, 4095]).intensity_window == (0.0, 4095.0)
+    for bad in ((1, 1), ("0", 1), (0, float("nan")), (0,)):
+        with pytest.raises(ValueError, match="intensity_window must be None or \\[low, high\\]"):
+            settings(intensity_window=bad)
 
 
 def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_changes(tmp_path, monkeypatch):
@@ -458,3 +506,12 @@ def test_every_method_trains_a_round_on_a_sites_own_images(tmp_path, executor_cl
     assert code == ReturnCode.OK
     assert reply.meta["num_samples"] == 27  # 10 per class, round(0.1 · 10) = 1 of each held out
     assert 0 <= reply.metrics["accuracy"] <= 1 and "local_model_accuracy" in reply.metrics
+
+
+def test_the_hospital_page_lists_every_site_data_key():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "hospital_data.md").read_text()
+    table = page[page.index("## The settings of `site_data`") :]
+    listed = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", table, re.M))
+    keys = {name for pair in listed for name in pair if name}
+    own_arguments = {"dataset", "seed"}  # the executor's, refused in site_data
+    assert keys == {f.name for f in dataclasses.fields(SiteDataSettings)} - own_arguments

@@ -13,9 +13,13 @@ The key is a digest of the settings and of every file's path, size and modificat
 decoded again, never read stale. Where ``<folder>`` cannot be written (a read-only mount), the copy goes to the
 fallback folder (the site's workspace) instead.
 
-Pixels: ``channels=1`` converts to grayscale, ``3`` to RGB (a grayscale image replicated); 16-bit images are scaled to
-8 bits over their full range (``v / 257``, so 65535 -> 255); every image is resized to ``S x S`` (bilinear, the
-aspect ratio is not kept).
+Pixels: ``channels=1`` converts to grayscale, ``3`` to RGB (a grayscale image replicated); every image is resized to
+``S x S`` (bilinear, the aspect ratio is not kept). Files deeper than 8 bits (16- and 32-bit integers, floating point)
+are mapped to 8 bits through an intensity window ``(low, high)``: ``clip(rint((v - low) · 255 / (high - low)), 0,
+255)``, so ``low`` is black and ``high`` white. Without one the window is the 16-bit range ``(0, 65535)`` (``v / 257``),
+and the files it cannot show are counted: those holding negative values (CT in Hounsfield units), values above 65535
+or floating point (``unscaled``, which a site refuses) and those whose values all stay below 4096 (12-bit data, left
+nearly black: ``narrow_16bit``, a warning).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import tempfile
 from collections import Counter, deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -37,10 +41,12 @@ import torch
 from .decoded_cache import CACHE_FOLDER
 
 _LOG = logging.getLogger(__name__)
-FORMAT = 2  # bump when the file layout or the pixel conversion changes (2: the narrow 16-bit count)
+FORMAT = 3  # bump when the file layout or the pixel conversion changes (2: the 12-bit count; 3: the window)
 GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F")
-SIXTEEN_BIT_MODES = ("I", "I;16", "I;16B", "I;16L")
+WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "F")  # deeper than 8 bits: mapped through the intensity window
+SIXTEEN_BIT_WINDOW = (0.0, 65535.0)  # the window of a site that sets none
 TWELVE_BIT_LIMIT = 4096  # a 16-bit file whose values all stay below it holds 12-bit data
+MAX_EXAMPLES = 5  # unscaled files named in the decoded copy's meta
 
 
 @dataclass(frozen=True)
@@ -53,45 +59,72 @@ class DecodedImages:
     source_channels: dict  # {"1": count, "3": count}: grayscale and colour files among the readable ones
     sizes: dict  # {"WxH": count} of the readable files, before resizing
     folder: str  # where the decoded copy is
-    narrow_16bit: int = 0  # 16-bit files whose values all stay below 4096 (12-bit data): nearly black once scaled
+    narrow_16bit: int = 0  # files whose values all stay below 4096 (12-bit data), without a window: nearly black
+    unscaled: int = 0  # files the 16-bit range cannot show, without a window (negative, above 65535, floating point)
+    unscaled_examples: tuple = ()  # ([relative path, lowest value, highest value], ...) of the first few of them
 
 
-def cache_key(paths: Sequence[str], base: str, image_size: int, channels: int) -> str:
+class DecodedFile(NamedTuple):
+    pixels: np.ndarray  # uint8 [C, S, S]
+    size: tuple  # (width, height) before resizing
+    source_channels: int  # 1 (grayscale) or 3 (colour)
+    depth: str  # "" (shown as is), NARROW or UNSCALED (see the module's docstring)
+    value_range: tuple  # (lowest, highest) stored value of a file deeper than 8 bits, else ()
+
+
+NARROW, UNSCALED = "12-bit", "unscaled"
+
+
+def cache_key(paths: Sequence[str], base: str, image_size: int, channels: int, window: Optional[tuple]) -> str:
     """A digest of the settings and of every file's path (relative to ``base``), size and modification time."""
-    digest = hashlib.blake2b(f"{FORMAT}/{image_size}/{channels}".encode(), digest_size=12)
+    digest = hashlib.blake2b(f"{FORMAT}/{image_size}/{channels}/{window}".encode(), digest_size=12)
     for path in paths:
         stat = os.stat(path)
         digest.update(f"/{os.path.relpath(path, base)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return f"images-{image_size}px-{channels}ch-{digest.hexdigest()}"
 
 
-def decode_image(path: str, image_size: int, channels: int) -> tuple[np.ndarray, tuple, int, bool]:
-    """``(pixels uint8 [C, S, S], (width, height), source channels 1 or 3, narrow)`` of one file, ``narrow`` for a
-    16-bit file whose values (none negative, not all 0) all stay below 4096, which the scaling over the full 16-bit
-    range leaves nearly black (12-bit data, as some scanners write); raises on a bad file."""
+def decode_image(path: str, image_size: int, channels: int, window: Optional[tuple] = None) -> DecodedFile:
+    """One file, resized, converted to ``channels`` and, if deeper than 8 bits, mapped through ``window`` (None: the
+    16-bit range, and its depth judged); raises on a bad file."""
     from PIL import Image
 
     with Image.open(path) as im:
         im.load()
-        size, mode, narrow = im.size, im.mode, False
-        if mode in SIXTEEN_BIT_MODES:
+        size, mode, depth, value_range = im.size, im.mode, "", ()
+        if mode in WIDE_MODES:
             wide = np.asarray(im, dtype=np.float64)
-            narrow = bool(wide.min() >= 0 and 0 < wide.max() < TWELVE_BIT_LIMIT)  # not blank, not signed data
-            im = Image.fromarray(np.clip(np.rint(wide / 257.0), 0, 255).astype(np.uint8), "L")
+            value_range = (float(wide.min()), float(wide.max()))
+            depth = "" if window else _depth(mode, *value_range)
+            low, high = window or SIXTEEN_BIT_WINDOW
+            scaled = np.rint((wide - low) * 255.0 / (high - low))
+            im = Image.fromarray(np.clip(scaled, 0, 255).astype(np.uint8), "L")
         im = im.convert("L" if channels == 1 else "RGB")
         if im.size != (image_size, image_size):
             im = im.resize((image_size, image_size), Image.BILINEAR)
         pixels = np.asarray(im, dtype=np.uint8)
     pixels = pixels[None] if channels == 1 else pixels.transpose(2, 0, 1)
-    return np.ascontiguousarray(pixels), size, 1 if mode in GRAYSCALE_MODES else 3, narrow
+    return DecodedFile(np.ascontiguousarray(pixels), size, 1 if mode in GRAYSCALE_MODES else 3, depth, value_range)
+
+
+def _depth(mode: str, lowest: float, highest: float) -> str:
+    """UNSCALED for values the 16-bit range cannot show, NARROW for 12-bit data (not blank), else ""."""
+    if mode == "F" or lowest < 0 or highest > SIXTEEN_BIT_WINDOW[1]:
+        return UNSCALED
+    return NARROW if 0 < highest < TWELVE_BIT_LIMIT else ""
 
 
 def load_or_decode_images(
-    paths: Sequence[str], base: str, image_size: int, channels: int, fallback_folder: Optional[str]
+    paths: Sequence[str],
+    base: str,
+    image_size: int,
+    channels: int,
+    fallback_folder: Optional[str],
+    window: Optional[tuple] = None,
 ) -> DecodedImages:
     """The decoded images of ``paths``: mapped from their copy under ``base`` (or ``fallback_folder``) when there is
     one, else decoded into a new copy there."""
-    key = cache_key(paths, base, image_size, channels)
+    key = cache_key(paths, base, image_size, channels, window)
     folders = [os.path.join(base, CACHE_FOLDER, key)]
     if fallback_folder:
         folders.append(os.path.join(fallback_folder, CACHE_FOLDER, key))
@@ -100,7 +133,7 @@ def load_or_decode_images(
         if found is not None:
             return found
     for folder in folders:
-        if _decode_into(folder, paths, base, image_size, channels):
+        if _decode_into(folder, paths, base, image_size, channels, window):
             return _open(folder)
     raise OSError(f"cannot write the decoded copy of {len(paths)} images into any of {folders}")
 
@@ -112,20 +145,24 @@ def _open(folder: str) -> Optional[DecodedImages]:
         shape = tuple(meta["shape"])
         path = os.path.join(folder, "images.u8")
         images = np.memmap(path, dtype=np.uint8, mode="c", shape=shape) if shape[0] else np.zeros(shape, np.uint8)
-    except (OSError, ValueError, KeyError):
+        return DecodedImages(
+            torch.from_numpy(images),
+            np.asarray(meta["kept"], dtype=np.int64),
+            meta["unreadable"],
+            meta["source_channels"],
+            meta["sizes"],
+            folder,
+            meta["narrow_16bit"],
+            meta["unscaled"],
+            tuple(meta["unscaled_examples"]),
+        )
+    except (OSError, ValueError, KeyError):  # no copy yet, or a damaged one
         return None
-    return DecodedImages(
-        torch.from_numpy(images),
-        np.asarray(meta["kept"], dtype=np.int64),
-        meta["unreadable"],
-        meta["source_channels"],
-        meta["sizes"],
-        folder,
-        meta.get("narrow_16bit", 0),
-    )
 
 
-def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, channels: int) -> bool:
+def _decode_into(
+    folder: str, paths: Sequence[str], base: str, image_size: int, channels: int, window: Optional[tuple]
+) -> bool:
     """Decode every file into a staging folder, then rename it to ``folder``; False if it cannot be written."""
     parent = os.path.dirname(folder)
     try:
@@ -136,11 +173,11 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
 
     def decode(path):
         try:
-            return decode_image(path, image_size, channels)
+            return decode_image(path, image_size, channels, window)
         except Exception as e:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError, ...
             return f"{type(e).__name__}: {e}"
 
-    kept, unreadable, source_channels, sizes, narrow_16bit = [], [], Counter(), Counter(), 0
+    kept, unreadable, source_channels, sizes, depths, unscaled_examples = [], [], Counter(), Counter(), Counter(), []
     report_every = max(1000, len(paths) // 10)  # a large folder takes minutes: say how far it is
     _LOG.info(f"decoding {len(paths)} images into {folder} (once: later starts map the copy)")
     try:
@@ -152,12 +189,13 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
                 if isinstance(result, str):
                     unreadable.append([os.path.relpath(paths[i], base), result])
                     continue
-                pixels, (width, height), source, narrow = result
-                out.write(pixels.tobytes())
+                out.write(result.pixels.tobytes())
                 kept.append(i)
-                narrow_16bit += narrow
-                source_channels[str(source)] += 1
-                sizes[f"{width}x{height}"] += 1
+                depths[result.depth] += 1
+                if result.depth == UNSCALED and len(unscaled_examples) < MAX_EXAMPLES:
+                    unscaled_examples.append([os.path.relpath(paths[i], base), *result.value_range])
+                source_channels[str(result.source_channels)] += 1
+                sizes["{}x{}".format(*result.size)] += 1
         meta = dict(
             format=FORMAT,
             shape=[len(kept), channels, image_size, image_size],
@@ -165,7 +203,9 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, image_size: int, 
             unreadable=unreadable,
             source_channels=dict(source_channels),
             sizes=dict(sizes),
-            narrow_16bit=narrow_16bit,
+            narrow_16bit=depths[NARROW],
+            unscaled=depths[UNSCALED],
+            unscaled_examples=unscaled_examples,
         )
         with open(os.path.join(staging, "meta.json"), "w") as f:
             json.dump(meta, f)

@@ -14,6 +14,11 @@ Every file is converted to the job's ``channels`` (a colour file to grayscale wi
 replicated with ``3``); where a site's files mix the two kinds, the conversions are logged and counted in the data
 check, or refused with ``strict_channels=True``.
 
+Files deeper than 8 bits are mapped to 8 bits through ``intensity_window`` (:mod:`.image_cache`); without one, the
+16-bit range. A site holding files which that range cannot show (negative values, as CT in Hounsfield units, or
+floating point) is refused until the job sets a window; 12-bit data (values below 4096), which it leaves nearly black,
+is named in a warning.
+
 Bad input is refused with the file or setting named (:class:`SiteDataError`): a class outside ``class_names``, an
 empty class folder, a manifest row pointing nowhere, and more than ``max_unreadable`` files that cannot be decoded
 (default 0: any unreadable file stops the job; above 0, up to that many are skipped with a warning naming each).
@@ -22,9 +27,10 @@ empty class folder, a manifest row pointing nowhere, and more than ``max_unreada
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch
@@ -56,6 +62,10 @@ class SiteDataSettings:
         augment: random crop (padding ``image_size // 8``) and horizontal flip in training; False for none (e.g.
             where left and right differ, as on chest X-rays).
         strict_channels: refuse a site whose files mix grayscale and colour, instead of converting the odd ones.
+        intensity_window: ``(low, high)``, the stored values shown black and white in files deeper than 8 bits
+            (16- and 32-bit integers, floating point; 8-bit files are left as they are): CT in Hounsfield units
+            ``(-160, 240)`` (soft tissue) or ``(-1350, 150)`` (lung), 12-bit data ``(0, 4095)``, floating point in
+            0..1 ``(0, 1)``. None: the 16-bit range ``(0, 65535)``.
         seed: seed of the held-out draw.
     """
 
@@ -69,6 +79,7 @@ class SiteDataSettings:
     max_unreadable: int = 0
     augment: bool = True
     strict_channels: bool = False
+    intensity_window: Optional[tuple] = None
     seed: int = 0
 
     def __post_init__(self):
@@ -86,6 +97,8 @@ class SiteDataSettings:
         check_number("max_unreadable", self.max_unreadable, low=0, integer=True)
         check_flag("augment", self.augment)
         check_flag("strict_channels", self.strict_channels)
+        if self.intensity_window is not None:
+            object.__setattr__(self, "intensity_window", _checked_window(self.intensity_window))
         check_number("seed", self.seed, low=0, integer=True)
 
     def normalization(self) -> tuple[tuple, tuple]:
@@ -121,7 +134,12 @@ def list_and_decode(settings: SiteDataSettings, root: str, site: str, workspace_
     files = list_site_files(settings.dataset, root, settings.class_names, site)
     base = files.root if os.path.isdir(files.root) else os.path.dirname(files.root)
     decoded = load_or_decode_images(
-        files.train_paths + files.test_paths, base, settings.image_size, settings.channels, workspace_root
+        files.train_paths + files.test_paths,
+        base,
+        settings.image_size,
+        settings.channels,
+        workspace_root,
+        settings.intensity_window,
     )
     return files, decoded
 
@@ -155,18 +173,46 @@ def describe_channels(decoded: DecodedImages) -> str:
     return ", ".join(f"{n} {'grayscale' if c == '1' else 'colour'}" for c, n in kinds)
 
 
-def narrow_16bit_note(count) -> str:
-    """What ``count`` 16-bit files holding 12-bit data mean for training, and the fix."""
+def decoding_notes(decoded: DecodedImages, count: Callable[[int], Any] = int) -> list[str]:
+    """What the decoding saw that a site should hear (the 12-bit data), each count shown by ``count``."""
+    if not decoded.narrow_16bit:
+        return []
+    return [
+        f"{count(decoded.narrow_16bit)} 16-bit image file(s) hold values below 4096 only (12-bit data?): scaled over "
+        "the full 16-bit range (v / 257) they come out nearly black, at most 16 of 255; set site_data's "
+        "intensity_window to [0, 4095], or export them as 8-bit"
+    ]
+
+
+def unscaled_problem(decoded: DecodedImages, count: Callable[[int], Any] = int) -> Optional[str]:
+    """Why a site whose files the 16-bit range cannot show is refused, and the fix; None where there are none."""
+    if not decoded.unscaled:
+        return None
     return (
-        f"{count} 16-bit image file(s) hold values below 4096 only (12-bit data?): scaled over the full 16-bit range "
-        "(v / 257) they come out nearly black, at most 16 of 255; rescale them to the full 16-bit range, or export "
-        "them as 8-bit, before training"
+        f"{count(decoded.unscaled)} image file(s) hold negative values (as CT in Hounsfield units), values above "
+        "65535 or floating point, which the default scaling of 0..65535 to 0..255 would clip to black or white; "
+        "set site_data's intensity_window to [low, high], the stored values to show black and white (CT soft "
+        "tissue [-160, 240], lung [-1350, 150]; floating point in 0..1: [0, 1])"
     )
 
 
+def _checked_window(window) -> tuple[float, float]:
+    if not (
+        isinstance(window, (list, tuple))
+        and len(window) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in window)
+        and window[0] < window[1]
+    ):
+        raise ValueError(
+            f"intensity_window must be None or [low, high], two numbers with low < high (the stored values shown "
+            f"black and white), got {window!r}"
+        )
+    return float(window[0]), float(window[1])
+
+
 def check_decoded(decoded: DecodedImages, settings: SiteDataSettings, site: str) -> None:
-    """Refuse more than ``max_unreadable`` undecodable files, and (``strict_channels``) grayscale mixed with colour;
-    warn for the rest."""
+    """Refuse more than ``max_unreadable`` undecodable files, files that need an intensity window, and
+    (``strict_channels``) grayscale mixed with colour; warn for the rest."""
     max_unreadable, bad = settings.max_unreadable, decoded.unreadable
     listed = "; ".join(f"{path} ({why})" for path, why in bad[:5]) + (
         f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
@@ -180,8 +226,12 @@ def check_decoded(decoded: DecodedImages, settings: SiteDataSettings, site: str)
         _LOG.warning(
             f"{site}: skipping {len(bad)} unreadable image file(s) (max_unreadable={max_unreadable}): {listed}"
         )
-    if decoded.narrow_16bit:
-        _LOG.warning(f"{site}: {narrow_16bit_note(decoded.narrow_16bit)}")
+    unscaled = unscaled_problem(decoded)
+    if unscaled:
+        examples = "; ".join(f"{path} holds {low:g} to {high:g}" for path, low, high in decoded.unscaled_examples)
+        raise SiteDataError(f"{site}: {unscaled} ({examples})")
+    for note in decoding_notes(decoded):
+        _LOG.warning(f"{site}: {note}")
     if len(decoded.source_channels) < 2:
         return
     if settings.strict_channels:

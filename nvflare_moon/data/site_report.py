@@ -11,10 +11,11 @@ A site's report (:func:`site_report`) counts the images that decode (the ones tr
 - ``converted``: the source files converted to the job's ``channels`` (colour ones for 1, grayscale ones for 3);
 - ``sizes``: ``{"WxH": count}`` of the source files before resizing: the :data:`MAX_SIZES` most frequent sizes that at
   least ``min_count`` images have, the rest together as ``"other"``;
-- ``problems``: what would stop training on this data (undecodable files above ``max_unreadable``, grayscale mixed
-  with colour under ``strict_channels``, no training image), in words without file names;
+- ``problems``: what would stop training on this data (undecodable files above ``max_unreadable``, files deeper
+  than 8 bits that need an ``intensity_window``, grayscale mixed with colour under ``strict_channels``, no training
+  image), in words without file names;
 - ``notes``: what the listing did not read that a user may expect it to (a ``val/`` beside ``test/``), paths
-  replaced by placeholders;
+  replaced by placeholders, and 12-bit data;
 - ``min_count``: the suppression threshold below.
 
 Every count ``n`` with ``0 < n < min_count`` leaves the site as the string ``"<k"`` (``k = min_count``), zeros and
@@ -38,7 +39,7 @@ from typing import Dict, Mapping, Optional, Union
 import numpy as np
 
 from .image_cache import DecodedImages
-from .site_data import SiteDataSettings, channel_conversions, narrow_16bit_note
+from .site_data import SiteDataSettings, channel_conversions, decoding_notes, unscaled_problem
 from .site_files import SiteFiles
 
 DATA_CHECK_TASK = "data_check"  # the task the server sends and the sites answer
@@ -76,6 +77,9 @@ def site_report(files: SiteFiles, decoded: DecodedImages, settings: SiteDataSett
             f"{suppress(unreadable, min_count)} image file(s) cannot be decoded, more than "
             f"max_unreadable={settings.max_unreadable} (the site's log names them)"
         )
+    unscaled = unscaled_problem(decoded, count=lambda n: suppress(n, min_count))
+    if unscaled:
+        problems.append(unscaled)
     if channels["grayscale"] and channels["colour"] and settings.strict_channels:
         problems.append("the images mix grayscale and colour files, which strict_channels=True refuses")
     if not train.any():
@@ -91,7 +95,7 @@ def site_report(files: SiteFiles, decoded: DecodedImages, settings: SiteDataSett
         "sizes": size_counts(decoded.sizes, min_count),
         "problems": problems,
         "notes": [redact_paths(note, {files.root: "<site_path>"}) for note in files.notes]
-        + ([narrow_16bit_note(suppress(decoded.narrow_16bit, min_count))] if decoded.narrow_16bit else []),
+        + decoding_notes(decoded, count=lambda n: suppress(n, min_count)),
     }
 
 

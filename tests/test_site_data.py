@@ -448,13 +448,29 @@ def test_validation_is_a_held_out_split_and_other_folders_beside_train_are_named
 # ---- the held-out split and the batches -----------------------------------------------------------------------------
 
 
+def class_files(counts: dict, start: int = 0) -> tuple[np.ndarray, list]:
+    """Labels and names of ``counts[c]`` files of each class c, numbered from ``start``, in the listing's order."""
+    rows = [(c, f"train/{c}/{i:04d}.png") for c, n in counts.items() for i in range(start, start + n)]
+    return np.array([c for c, _ in rows]), [name for _, name in rows]
+
+
 def test_the_holdout_takes_the_rounded_fraction_of_each_class_and_depends_on_the_seed_only():
-    labels = np.array([0] * 10 + [1] * 4 + [2] * 1)
-    train, held = stratified_holdout(labels, 0.25, seed=3)
+    labels, names = class_files({0: 10, 1: 4, 2: 1})
+    train, held = stratified_holdout(labels, names, 0.25, seed=3)
     assert np.bincount(labels[held], minlength=3).tolist() == [2, 1, 0]  # round(2.5), round(1.0), round(0.25)
     assert sorted(train.tolist() + held.tolist()) == list(range(15))
-    assert stratified_holdout(labels, 0.25, seed=3)[1].tolist() == held.tolist()
-    assert stratified_holdout(labels, 0.25, seed=4)[1].tolist() != held.tolist()
+    assert stratified_holdout(labels, names, 0.25, seed=3)[1].tolist() == held.tolist()
+    assert stratified_holdout(labels, names, 0.25, seed=4)[1].tolist() != held.tolist()
+
+
+def test_files_added_later_leave_the_held_out_files_out_of_training():
+    labels, names = class_files({0: 200, 1: 100})
+    before = {names[i] for i in stratified_holdout(labels, names, 0.1, seed=0)[1]}
+    labels, names = class_files({0: 250, 1: 100})  # 50 files of class 0 exported since: rows 200-249 are new
+    after = {names[i] for i in stratified_holdout(labels, names, 0.1, seed=0)[1]}
+    trained_on_before = after - before - set(names[200:250])
+    assert len(trained_on_before) <= 5  # at most round(0.1 * 250) - round(0.1 * 200) = 5 of the 25 (a shuffle: ~22)
+    assert {n for n in after if "/1/" in n} == {n for n in before if "/1/" in n}  # class 1 is untouched
 
 
 def test_batches_come_from_the_given_rows_only(tmp_path):

@@ -7,8 +7,9 @@ uint8 copy (:mod:`.image_cache`), and split into training and held-out rows.
                                indices=data.train_index)
 
 The held-out rows are the site's ``test/`` split (else its ``val/``, or the datalist's ``validation`` rows) when it
-has one, else a seeded, class-stratified ``val_fraction`` of its training files. Each site uses all of its own data:
-there is no partition.
+has one, else a seeded, class-stratified ``val_fraction`` of its training files, drawn so that files added to the
+folder later leave the held-out files, all but a few, where they were (:func:`stratified_holdout`). Each site uses
+all of its own data: there is no partition.
 
 Every file is converted to the job's ``channels`` (a colour file to grayscale with ``channels=1``, a grayscale one
 replicated with ``3``); where a site's files mix the two kinds, the conversions are logged and counted in the data
@@ -26,11 +27,12 @@ empty class folder, a manifest row pointing nowhere, and more than ``max_unreada
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -132,10 +134,9 @@ class SiteData:
 def list_and_decode(settings: SiteDataSettings, root: str, site: str, workspace_root: str):
     """``(files, decoded)``: the site's listed files and their decoded copy (made now if there is none)."""
     files = list_site_files(settings.dataset, root, settings.class_names, site)
-    base = files.root if os.path.isdir(files.root) else os.path.dirname(files.root)
     decoded = load_or_decode_images(
         files.train_paths + files.test_paths,
-        base,
+        files.folder,
         settings.image_size,
         settings.channels,
         workspace_root,
@@ -156,7 +157,8 @@ def load_site_data(settings: SiteDataSettings, root: str, site: str, workspace_r
         train_index, test_index = np.flatnonzero(is_train), np.flatnonzero(~is_train)
         held_out = f"its {files.test_split} split ({len(test_index)} images)"
     else:
-        train_index, test_index = stratified_holdout(labels, settings.val_fraction, settings.seed)
+        names = [os.path.relpath(files.train_paths[i], files.folder) for i in decoded.kept]
+        train_index, test_index = stratified_holdout(labels, names, settings.val_fraction, settings.seed)
         held_out = f"val_fraction={settings.val_fraction} of its training images ({len(test_index)})"
     images = ImageArrays(decoded.images, torch.from_numpy(labels))
     return SiteData(images, train_index, test_index, settings.class_names, held_out, decoded)
@@ -247,16 +249,26 @@ def check_decoded(decoded: DecodedImages, settings: SiteDataSettings, site: str)
     )
 
 
-def stratified_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(train rows, held-out rows)``: ``round(fraction · n_c)`` rows of each class c held out, drawn with ``seed``;
-    both sorted."""
-    rng = np.random.default_rng(seed)
+def stratified_holdout(
+    labels: np.ndarray, names: Sequence[str], fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(train rows, held-out rows)``, both sorted: of each class c, the ``round(fraction · n_c)`` rows whose
+    ``names`` (the files' paths in the site's folder) come first in the order of a digest of ``seed`` and the name.
+
+    A row's place in that order depends on its own name only, so adding or removing a file moves at most one other
+    file between the splits: a folder that grows between jobs, or during one, keeps its held-out files out of
+    training (a shuffle of the rows would redraw them all, and evaluate on images trained on before)."""
+    order = np.array([_digest(seed, name) for name in names], dtype=np.uint64)
     held = []
     for c in np.unique(labels):
         rows = np.flatnonzero(labels == c)
-        held.append(rng.permutation(rows)[: int(round(fraction * len(rows)))])
+        held.append(rows[np.argsort(order[rows], kind="stable")][: int(round(fraction * len(rows)))])
     held_out = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
     return np.setdiff1d(np.arange(len(labels)), held_out), held_out
+
+
+def _digest(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}/{name}".encode(), digest_size=8).digest(), "big")
 
 
 def site_data_settings(dataset, site_data: Optional[Dict[str, Any]], seed: int) -> Optional[SiteDataSettings]:

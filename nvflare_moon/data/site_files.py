@@ -68,6 +68,11 @@ class SiteFiles:
     test_split: str = ""  # the held-out split's folder or manifest section ("test", "val", "validation"), if any
     notes: tuple = ()  # what the listing left out that a user may expect to be read, in words
 
+    @property
+    def folder(self) -> str:
+        """The folder the files are named relative to: ``root``, or the manifest's folder."""
+        return self.root if os.path.isdir(self.root) else os.path.dirname(self.root)
+
 
 def check_class_names(class_names: Sequence[str]) -> tuple:
     """``class_names`` as a tuple: at least two distinct, non-empty strings."""

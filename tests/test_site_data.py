@@ -230,6 +230,22 @@ def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_change
     assert changed.decoded.folder != first.decoded.folder
 
 
+def test_a_new_copy_removes_older_formats_and_all_but_the_two_newest_of_its_settings(tmp_path):
+    write_image_folder(tmp_path, CLASSES, {"normal": 2, "covid": 2})
+    copies = tmp_path / ".nvflare_moon_decoded"
+    (copies / "images-16px-3ch-0ld").mkdir(parents=True)  # a copy an earlier release wrote
+    (copies / "images-16px-3ch-0ld" / "meta.json").write_text(json.dumps({"format": image_cache.FORMAT - 1}))
+    (copies / "images-notes").mkdir()  # a folder that is not a copy
+    other_size = load_site_data(settings(image_size=8), str(tmp_path), "site-1", str(tmp_path / "ws")).decoded.folder
+    made = []
+    for n in range(3):  # the folder grows: each start lists it differently and decodes a new copy
+        Image.new("RGB", (20, 24), (n, n, n)).save(tmp_path / "train" / "normal" / f"new{n}.png")
+        made.append(load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws")).decoded.folder)
+        os.utime(os.path.join(made[-1], "meta.json"), ns=(n * 10**9, n * 10**9))  # written in this order
+    left = sorted(str(p) for p in copies.iterdir())
+    assert left == sorted([str(copies / "images-notes"), other_size, made[1], made[2]])
+
+
 def test_a_folder_that_cannot_be_written_decodes_into_the_workspace(tmp_path):
     root = write_image_folder(tmp_path / "mount", CLASSES, {"normal": 2, "covid": 2})
     (root / ".nvflare_moon_decoded").write_text("not a folder")  # as on a read-only mount: nothing can be made here

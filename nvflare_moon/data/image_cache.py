@@ -10,8 +10,10 @@ decoded (skipped, so row i of the file is the i-th *readable* image). Later proc
 from the page cache, shared by every process on the machine.
 
 The key is a digest of the settings and of every file's path, size and modification time, so a changed folder is
-decoded again, never read stale. Where ``<folder>`` cannot be written (a read-only mount), the copy goes to the
-fallback folder (the site's workspace) instead.
+decoded again, never read stale. The older copies of the same settings are then never mapped again (unless the
+folder is put back as it was): a new copy removes all but the :data:`KEPT_COPIES` newest, so a folder that a PACS
+export grows every day does not fill the disk with a full copy a day. Where ``<folder>`` cannot be written (a
+read-only mount), the copy goes to the fallback folder (the site's workspace) instead.
 
 Pixels: ``channels=1`` converts to grayscale, ``3`` to RGB (a grayscale image replicated); every image is resized to
 ``S x S`` (bilinear, the aspect ratio is not kept). Files deeper than 8 bits (16- and 32-bit integers, floating point)
@@ -47,6 +49,7 @@ WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "F")  # deeper than 8 bits: mapped 
 SIXTEEN_BIT_WINDOW = (0.0, 65535.0)  # the window of a site that sets none
 TWELVE_BIT_LIMIT = 4096  # a 16-bit file whose values all stay below it holds 12-bit data
 MAX_EXAMPLES = 5  # unscaled files named in the decoded copy's meta
+KEPT_COPIES = 2  # of each settings: the new copy and the one before (two jobs listing the folder differently)
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ def cache_key(paths: Sequence[str], base: str, image_size: int, channels: int, w
     for path in paths:
         stat = os.stat(path)
         digest.update(f"/{os.path.relpath(path, base)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return f"images-{image_size}px-{channels}ch-{digest.hexdigest()}"
+    return f"images-{image_size}px-{channels}ch-{digest.hexdigest()}"  # remove_older_copies reads "images-"
 
 
 def decode_image(path: str, image_size: int, channels: int, window: Optional[tuple] = None) -> DecodedFile:
@@ -198,6 +201,7 @@ def _decode_into(
                 sizes["{}x{}".format(*result.size)] += 1
         meta = dict(
             format=FORMAT,
+            settings=_settings(image_size, channels, window),
             shape=[len(kept), channels, image_size, image_size],
             kept=kept,
             unreadable=unreadable,
@@ -214,7 +218,42 @@ def _decode_into(
     except OSError:  # another process renamed its copy first, or the disk is full
         shutil.rmtree(staging, ignore_errors=True)
         return _open(folder) is not None
+    remove_older_copies(parent, _settings(image_size, channels, window))
     return True
+
+
+def _settings(image_size: int, channels: int, window: Optional[tuple]) -> list:
+    return [image_size, channels, list(window) if window else None]  # as JSON reads it back
+
+
+def remove_older_copies(parent: str, settings: list) -> None:
+    """Remove the copies under ``parent`` of an older format, and all but the :data:`KEPT_COPIES` newest of
+    ``settings``; a folder without our ``meta.json`` is left alone. A process mapping a removed copy keeps reading it
+    (the file lives on until it is unmapped)."""
+    same, older_format = [], []
+    for entry in os.scandir(parent):
+        if not entry.name.startswith("images-"):  # a staging folder, or another kind of copy
+            continue
+        try:
+            with open(os.path.join(entry.path, "meta.json")) as f:
+                meta = json.load(f)
+            written = os.stat(os.path.join(entry.path, "meta.json")).st_mtime_ns
+        except (OSError, ValueError):  # not a copy, or one being written
+            continue
+        if meta.get("format", 0) < FORMAT:
+            older_format.append(entry.path)
+        elif meta.get("settings") == settings:
+            same.append((written, entry.path))
+    stale = older_format + [path for _, path in sorted(same, reverse=True)[KEPT_COPIES:]]
+    freed = sum(_size(path) for path in stale)
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    if stale:
+        _LOG.info(f"removed {len(stale)} older decoded cop(ies) from {parent} ({freed / 2**20:.0f} MiB)")
+
+
+def _size(folder: str) -> int:
+    return sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file())
 
 
 def map_ahead(pool: Executor, fn: Callable, items: Iterable, window: int) -> Iterator:

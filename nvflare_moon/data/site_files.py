@@ -212,12 +212,10 @@ def _images_under(class_dir: str, site: str) -> tuple[list, Counter]:
         subfolders[:] = [d for d in subfolders if not d.startswith(".")]
         for f in files:
             _refuse_unreachable_link(os.path.join(folder, f), site)  # os.walk lists a dangling link as a file
-        found += [os.path.join(folder, f) for f in files if _is_image(f)]
-        others.update(
-            os.path.splitext(f)[1].lower()
-            for f in files
-            if not _is_image(f) and not f.startswith(".") and f.lower() not in OS_FILES
-        )
+            if _is_image(f):
+                found.append(os.path.join(folder, f))
+            elif not f.startswith(".") and f.lower() not in OS_FILES:
+                others[os.path.splitext(f)[1].lower()] += 1
     return sorted(found, key=lambda path: os.path.relpath(path, class_dir).split(os.sep)), others
 
 

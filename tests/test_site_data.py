@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -155,13 +156,15 @@ def test_twelve_bit_data_in_16_bit_files_is_counted_and_named_in_the_log_and_the
     with caplog.at_level("WARNING"):
         data = load_site_data(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
     assert int(data.images.images[data.images.labels == 2].max()) == 16  # nearly black, as the warning says
-    assert "site-1: 6 16-bit image file(s) hold values below 4096 only (12-bit data?)" in caplog.text
+    assert "site-1: 6 image file(s) deeper than 8 bits hold values below 4096 only (12-bit data?)" in caplog.text
     files, decoded = list_and_decode(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
     assert decoded.narrow_16bit == 6  # read back from the decoded copy
     report = site_report(files, decoded, settings(channels=1))
-    assert report["notes"][-1].startswith("6 16-bit image file(s) hold values below 4096 only")
+    assert report["notes"][-1].startswith("6 image file(s) deeper than 8 bits hold values below 4096")
     few = site_report(files, decoded, settings(channels=1), min_count=10)
-    assert few["notes"][-1].startswith("<10 16-bit image file(s)")  # a small count is suppressed, as every count
+    assert few["notes"][-1].startswith(
+        "<10 image file(s) deeper than 8 bits"
+    )  # a small count is suppressed, as every count
 
 
 def write_wide(path, value, dtype, air_rows=0):
@@ -199,6 +202,13 @@ def test_floating_point_files_need_a_window_and_twelve_bit_data_is_shown_whole_t
     write_wide(tmp_path / "float.tif", 0.25, np.float32)
     assert image_cache.decode_image(str(tmp_path / "float.tif"), 16, 1).depth == image_cache.UNSCALED
     assert int(image_cache.decode_image(str(tmp_path / "float.tif"), 16, 1, (0.0, 1.0)).pixels.max()) == 64  # 63.75
+    # NaN where a mask left no value: shown black
+    Image.fromarray(np.where(np.arange(20) < 10, np.float32(0.5), np.float32(np.nan))[None].repeat(24, 0)).save(
+        tmp_path / "holes.tif"
+    )
+    holes = image_cache.decode_image(str(tmp_path / "holes.tif"), 20, 1, (0.0, 1.0))
+    assert holes.value_range == (0.5, 0.5) and holes.pixels[0, 12, :10].tolist() == [128] * 10
+    assert holes.pixels[0, 12, 10:].tolist() == [0] * 10
     Image.fromarray(np.full((24, 20), 4095, dtype=np.uint16)).save(tmp_path / "twelve.png")
     assert image_cache.decode_image(str(tmp_path / "twelve.png"), 16, 1).depth == image_cache.NARROW
     shown = image_cache.decode_image(str(tmp_path / "twelve.png"), 16, 1, (0.0, 4095.0))
@@ -230,20 +240,63 @@ def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_change
     assert changed.decoded.folder != first.decoded.folder
 
 
-def test_a_new_copy_removes_older_formats_and_all_but_the_two_newest_of_its_settings(tmp_path):
+def test_a_new_copy_removes_older_formats_and_all_but_the_two_last_used_of_its_listing(tmp_path):
     write_image_folder(tmp_path, CLASSES, {"normal": 2, "covid": 2})
     copies = tmp_path / ".nvflare_moon_decoded"
-    (copies / "images-16px-3ch-0ld").mkdir(parents=True)  # a copy an earlier release wrote
-    (copies / "images-16px-3ch-0ld" / "meta.json").write_text(json.dumps({"format": image_cache.FORMAT - 1}))
-    (copies / "images-notes").mkdir()  # a folder that is not a copy
-    other_size = load_site_data(settings(image_size=8), str(tmp_path), "site-1", str(tmp_path / "ws")).decoded.folder
-    made = []
-    for n in range(3):  # the folder grows: each start lists it differently and decodes a new copy
-        Image.new("RGB", (20, 24), (n, n, n)).save(tmp_path / "train" / "normal" / f"new{n}.png")
-        made.append(load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws")).decoded.folder)
-        os.utime(os.path.join(made[-1], "meta.json"), ns=(n * 10**9, n * 10**9))  # written in this order
-    left = sorted(str(p) for p in copies.iterdir())
-    assert left == sorted([str(copies / "images-notes"), other_size, made[1], made[2]])
+    for name, meta in [("images-0ld", {"format": image_cache.FORMAT - 1}), ("images-odd", ["not", "ours"])]:
+        (copies / name).mkdir(parents=True)  # a copy an earlier release wrote; a meta.json of someone else's
+        (copies / name / "meta.json").write_text(json.dumps(meta))
+    (copies / ".writing-killed").mkdir()  # what a killed decoding left, two days ago
+    os.utime(copies / ".writing-killed", (time.time() - 2 * 86400,) * 2)
+    (copies / ".writing-running").mkdir()  # a decoding under way in another process
+
+    def start(**overrides):
+        folder = load_site_data(settings(**overrides), str(tmp_path), "site-1", str(tmp_path / "ws")).decoded.folder
+        return os.path.basename(folder)
+
+    other_size = start(image_size=8)
+    first = start()
+    os.utime(copies / first / "meta.json", (1, 1))  # long ago
+    new = tmp_path / "train" / "normal" / "new.png"
+    Image.new("RGB", (20, 24)).save(new)  # the folder grows: a new listing, a new copy
+    second = start()
+    os.utime(copies / second / "meta.json", (2, 2))
+    new.unlink()
+    assert start() == first  # the folder as it was: the first copy is mapped, and so used last
+    Image.new("RGB", (20, 24)).save(tmp_path / "train" / "normal" / "newer.png")
+    third = start()
+    assert sorted(os.listdir(copies)) == sorted([".writing-running", "images-odd", other_size, first, third])
+
+
+def test_copies_of_other_listings_in_the_same_folder_stay(tmp_path):
+    write_datalist(tmp_path, CLASSES, {"normal": 4, "covid": 4})
+    rows = json.loads((tmp_path / "datalist.json").read_text())["training"]
+    folders = []
+    for k in range(3):  # three manifests in one folder, each listing other rows: three listings, not three versions
+        (tmp_path / f"site{k}.json").write_text(json.dumps({"training": rows[k : k + 4]}))
+        data = load_site_data(settings(dataset="datalist"), str(tmp_path / f"site{k}.json"), "s", str(tmp_path))
+        folders.append(data.decoded.folder)
+    assert len(set(folders)) == 3 and all(os.path.isdir(folder) for folder in folders)
+
+
+def test_a_copy_whose_file_is_in_use_stays_whole_and_the_cleanup_never_raises(tmp_path, monkeypatch, caplog):
+    copy = tmp_path / "images-16px-3ch-0ld"
+    copy.mkdir()
+    (copy / "images.u8").write_bytes(bytes(10))
+    (copy / "meta.json").write_text(json.dumps({"format": image_cache.FORMAT - 1}))
+
+    def in_use(path):  # as on Windows, where a file mapped by a process cannot be removed
+        raise PermissionError(13, "in use", path)
+
+    monkeypatch.setattr(os, "remove", in_use)
+    image_cache.remove_older_copies(str(tmp_path), [])
+    assert sorted(os.listdir(copy)) == ["images.u8", "meta.json"]  # left whole, for a later start to remove
+    monkeypatch.undo()
+    image_cache.remove_older_copies(str(tmp_path), [])
+    assert not copy.exists()
+    with caplog.at_level("WARNING"):
+        image_cache.remove_older_copies(str(tmp_path / "missing"), [])
+    assert "cannot look for older decoded copies" in caplog.text
 
 
 def test_a_folder_that_cannot_be_written_decodes_into_the_workspace(tmp_path):
@@ -542,7 +595,8 @@ def test_every_method_trains_a_round_on_a_sites_own_images(tmp_path, executor_cl
 
 def test_the_hospital_page_lists_every_site_data_key():
     page = (Path(__file__).resolve().parents[1] / "docs" / "hospital_data.md").read_text()
-    table = page[page.index("## The settings of `site_data`") :]
+    section = page[page.index("## The settings of `site_data`") :]
+    table = section[: section.index("\n## ", 1)]
     listed = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", table, re.M))
     keys = {name for pair in listed for name in pair if name}
     own_arguments = {"dataset", "seed"}  # the executor's, refused in site_data

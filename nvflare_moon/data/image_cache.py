@@ -10,18 +10,19 @@ decoded (skipped, so row i of the file is the i-th *readable* image). Later proc
 from the page cache, shared by every process on the machine.
 
 The key is a digest of the settings and of every file's path, size and modification time, so a changed folder is
-decoded again, never read stale. The older copies of the same settings are then never mapped again (unless the
-folder is put back as it was): a new copy removes all but the :data:`KEPT_COPIES` newest, so a folder that a PACS
-export grows every day does not fill the disk with a full copy a day. Where ``<folder>`` cannot be written (a
+decoded again, never read stale. The older copies of the same listing and settings are then never mapped again
+(unless the folder is put back as it was): a new copy removes all but the :data:`KEPT_COPIES` last used
+(:func:`remove_older_copies`), so a folder that a PACS export grows every day does not fill the disk with a full copy
+a day. Where ``<folder>`` cannot be written (a
 read-only mount), the copy goes to the fallback folder (the site's workspace) instead.
 
 Pixels: ``channels=1`` converts to grayscale, ``3`` to RGB (a grayscale image replicated); every image is resized to
-``S x S`` (bilinear, the aspect ratio is not kept). Files deeper than 8 bits (16- and 32-bit integers, floating point)
-are mapped to 8 bits through an intensity window ``(low, high)``: ``clip(rint((v - low) · 255 / (high - low)), 0,
+``S x S`` (bilinear, the aspect ratio is not kept). Grayscale files deeper than 8 bits (16- and 32-bit integers,
+floating point; PIL reads 16-bit colour files at 8 bits itself) are mapped to 8 bits through an intensity window ``(low, high)``: ``clip(rint((v - low) · 255 / (high - low)), 0,
 255)``, so ``low`` is black and ``high`` white. Without one the window is the 16-bit range ``(0, 65535)`` (``v / 257``),
 and the files it cannot show are counted: those holding negative values (CT in Hounsfield units), values above 65535
 or floating point (``unscaled``, which a site refuses) and those whose values all stay below 4096 (12-bit data, left
-nearly black: ``narrow_16bit``, a warning).
+nearly black: ``narrow_16bit``, a warning). Values that are not numbers (NaN) are shown black.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import logging
 import os
 import shutil
 import tempfile
+import time
+import warnings
 from collections import Counter, deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,7 +52,8 @@ WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "F")  # deeper than 8 bits: mapped 
 SIXTEEN_BIT_WINDOW = (0.0, 65535.0)  # the window of a site that sets none
 TWELVE_BIT_LIMIT = 4096  # a 16-bit file whose values all stay below it holds 12-bit data
 MAX_EXAMPLES = 5  # unscaled files named in the decoded copy's meta
-KEPT_COPIES = 2  # of each settings: the new copy and the one before (two jobs listing the folder differently)
+KEPT_COPIES = 2  # of each listing and settings: the new copy and the one used before it
+STAGING_AGE_S = 24 * 3600  # a staging folder this old was left by a decoding that was killed
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ def cache_key(paths: Sequence[str], base: str, image_size: int, channels: int, w
     for path in paths:
         stat = os.stat(path)
         digest.update(f"/{os.path.relpath(path, base)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return f"images-{image_size}px-{channels}ch-{digest.hexdigest()}"  # remove_older_copies reads "images-"
+    return f"images-{image_size}px-{channels}ch-{digest.hexdigest()}"  # _stale_copies reads "images-"
 
 
 def decode_image(path: str, image_size: int, channels: int, window: Optional[tuple] = None) -> DecodedFile:
@@ -97,10 +101,12 @@ def decode_image(path: str, image_size: int, channels: int, window: Optional[tup
         size, mode, depth, value_range = im.size, im.mode, "", ()
         if mode in WIDE_MODES:
             wide = np.asarray(im, dtype=np.float64)
-            value_range = (float(wide.min()), float(wide.max()))
+            with warnings.catch_warnings():  # a file of NaN only: its range is (nan, nan), and it is judged unscaled
+                warnings.simplefilter("ignore", RuntimeWarning)
+                value_range = (float(np.nanmin(wide)), float(np.nanmax(wide)))
             depth = "" if window else _depth(mode, *value_range)
             low, high = window or SIXTEEN_BIT_WINDOW
-            scaled = np.rint((wide - low) * 255.0 / (high - low))
+            scaled = np.nan_to_num(np.rint((wide - low) * 255.0 / (high - low)), nan=0.0)
             im = Image.fromarray(np.clip(scaled, 0, 255).astype(np.uint8), "L")
         im = im.convert("L" if channels == 1 else "RGB")
         if im.size != (image_size, image_size):
@@ -112,7 +118,7 @@ def decode_image(path: str, image_size: int, channels: int, window: Optional[tup
 
 def _depth(mode: str, lowest: float, highest: float) -> str:
     """UNSCALED for values the 16-bit range cannot show, NARROW for 12-bit data (not blank), else ""."""
-    if mode == "F" or lowest < 0 or highest > SIXTEEN_BIT_WINDOW[1]:
+    if mode == "F" or not lowest >= 0 or not highest <= SIXTEEN_BIT_WINDOW[1]:  # NaN fails both
         return UNSCALED
     return NARROW if 0 < highest < TWELVE_BIT_LIMIT else ""
 
@@ -124,9 +130,11 @@ def load_or_decode_images(
     channels: int,
     fallback_folder: Optional[str],
     window: Optional[tuple] = None,
+    listing: str = "",
 ) -> DecodedImages:
     """The decoded images of ``paths``: mapped from their copy under ``base`` (or ``fallback_folder``) when there is
-    one, else decoded into a new copy there."""
+    one, else decoded into a new copy there. ``listing`` names what listed ``paths`` (the site's folder or manifest):
+    a new copy removes only older copies of the same listing."""
     key = cache_key(paths, base, image_size, channels, window)
     folders = [os.path.join(base, CACHE_FOLDER, key)]
     if fallback_folder:
@@ -135,9 +143,12 @@ def load_or_decode_images(
         found = _open(folder)
         if found is not None:
             return found
+    settings = [image_size, channels, list(window) if window else None, listing]  # as JSON reads it back
     for folder in folders:
-        if _decode_into(folder, paths, base, image_size, channels, window):
-            return _open(folder)
+        if _decode_into(folder, paths, base, settings):
+            found = _open(folder)
+            if found is not None:  # else removed at once by another process: try the next folder
+                return found
     raise OSError(f"cannot write the decoded copy of {len(paths)} images into any of {folders}")
 
 
@@ -161,12 +172,21 @@ def _open(folder: str) -> Optional[DecodedImages]:
         )
     except (OSError, ValueError, KeyError):  # no copy yet, or a damaged one
         return None
+    finally:
+        _touch(os.path.join(folder, "meta.json"))  # last used now: remove_older_copies keeps the copies in use
 
 
-def _decode_into(
-    folder: str, paths: Sequence[str], base: str, image_size: int, channels: int, window: Optional[tuple]
-) -> bool:
-    """Decode every file into a staging folder, then rename it to ``folder``; False if it cannot be written."""
+def _touch(path: str) -> None:
+    try:
+        os.utime(path)
+    except OSError:  # no copy, or a read-only mount
+        pass
+
+
+def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -> bool:
+    """Decode every file with ``settings`` (``[image_size, channels, window, listing]``) into a staging folder, then
+    rename it to ``folder``; False if it cannot be written."""
+    image_size, channels, window, _ = settings
     parent = os.path.dirname(folder)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -201,7 +221,7 @@ def _decode_into(
                 sizes["{}x{}".format(*result.size)] += 1
         meta = dict(
             format=FORMAT,
-            settings=_settings(image_size, channels, window),
+            settings=settings,
             shape=[len(kept), channels, image_size, image_size],
             kept=kept,
             unreadable=unreadable,
@@ -218,42 +238,60 @@ def _decode_into(
     except OSError:  # another process renamed its copy first, or the disk is full
         shutil.rmtree(staging, ignore_errors=True)
         return _open(folder) is not None
-    remove_older_copies(parent, _settings(image_size, channels, window))
+    remove_older_copies(parent, settings)
     return True
 
 
-def _settings(image_size: int, channels: int, window: Optional[tuple]) -> list:
-    return [image_size, channels, list(window) if window else None]  # as JSON reads it back
-
-
 def remove_older_copies(parent: str, settings: list) -> None:
-    """Remove the copies under ``parent`` of an older format, and all but the :data:`KEPT_COPIES` newest of
-    ``settings``; a folder without our ``meta.json`` is left alone. A process mapping a removed copy keeps reading it
-    (the file lives on until it is unmapped)."""
-    same, older_format = [], []
-    for entry in os.scandir(parent):
-        if not entry.name.startswith("images-"):  # a staging folder, or another kind of copy
-            continue
-        try:
-            with open(os.path.join(entry.path, "meta.json")) as f:
-                meta = json.load(f)
-            written = os.stat(os.path.join(entry.path, "meta.json")).st_mtime_ns
-        except (OSError, ValueError):  # not a copy, or one being written
-            continue
-        if meta.get("format", 0) < FORMAT:
-            older_format.append(entry.path)
-        elif meta.get("settings") == settings:
-            same.append((written, entry.path))
-    stale = older_format + [path for _, path in sorted(same, reverse=True)[KEPT_COPIES:]]
-    freed = sum(_size(path) for path in stale)
+    """Remove, under ``parent``, the copies of an older format, all but the :data:`KEPT_COPIES` last used of
+    ``settings`` (the same listing, image size, channels and window), and staging folders a killed decoding left.
+    Folders without our ``meta.json`` are left alone, and so is a copy whose file cannot be removed (mapped by a
+    process on Windows; on POSIX a process mapping a removed copy keeps reading it). Never raises: the job has its
+    copy."""
+    try:
+        stale = _stale_copies(parent, settings)
+    except OSError as e:
+        _LOG.warning(f"cannot look for older decoded copies in {parent}: {e}")
+        return
+    freed = removed = 0
     for path in stale:
+        images = os.path.join(path, "images.u8")
+        try:
+            size = os.path.getsize(images) if os.path.exists(images) else 0
+            if size:
+                os.remove(images)  # first: a copy whose file is in use stays whole, and is tried again later
+        except OSError:
+            continue
         shutil.rmtree(path, ignore_errors=True)
-    if stale:
-        _LOG.info(f"removed {len(stale)} older decoded cop(ies) from {parent} ({freed / 2**20:.0f} MiB)")
+        freed, removed = freed + size, removed + 1
+    if removed:
+        _LOG.info(f"removed {removed} older decoded cop(ies) from {parent} ({freed / 2**20:.0f} MiB)")
 
 
-def _size(folder: str) -> int:
-    return sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file())
+def _stale_copies(parent: str, settings: list) -> list[str]:
+    in_use, stale = [], []
+    for entry in os.scandir(parent):
+        meta_path = os.path.join(entry.path, "meta.json")
+        try:
+            if entry.name.startswith(".writing-"):
+                if time.time() - entry.stat().st_mtime > STAGING_AGE_S:
+                    stale.append(entry.path)
+                continue
+            if not entry.name.startswith("images-"):  # another kind of copy (decoded_cache's)
+                continue
+            with open(meta_path) as f:
+                meta = json.load(f)
+            last_used = os.stat(meta_path).st_mtime_ns
+        except (OSError, ValueError):  # not a copy, or one being removed
+            continue
+        form = meta.get("format") if isinstance(meta, dict) else None
+        if not isinstance(form, int):  # not a meta.json of ours
+            continue
+        if form < FORMAT:
+            stale.append(entry.path)
+        elif meta.get("settings") == settings:
+            in_use.append((last_used, entry.path))
+    return stale + [path for _, path in sorted(in_use, reverse=True)[KEPT_COPIES:]]
 
 
 def map_ahead(pool: Executor, fn: Callable, items: Iterable, window: int) -> Iterator:

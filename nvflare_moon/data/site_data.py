@@ -7,8 +7,8 @@ uint8 copy (:mod:`.image_cache`), and split into training and held-out rows.
                                indices=data.train_index)
 
 The held-out rows are the site's ``test/`` split (else its ``val/``, or the datalist's ``validation`` rows) when it
-has one, else a seeded, class-stratified ``val_fraction`` of its training files, drawn so that files added to the
-folder later leave the held-out files, all but a few, where they were (:func:`stratified_holdout`). Each site uses
+has one, else a seeded, class-stratified ``val_fraction`` of its training files, drawn so that each file added to
+the folder later moves at most one other file between the splits (:func:`stratified_holdout`). Each site uses
 all of its own data: there is no partition.
 
 Every file is converted to the job's ``channels`` (a colour file to grayscale with ``channels=1``, a grayscale one
@@ -64,8 +64,8 @@ class SiteDataSettings:
         augment: random crop (padding ``image_size // 8``) and horizontal flip in training; False for none (e.g.
             where left and right differ, as on chest X-rays).
         strict_channels: refuse a site whose files mix grayscale and colour, instead of converting the odd ones.
-        intensity_window: ``(low, high)``, the stored values shown black and white in files deeper than 8 bits
-            (16- and 32-bit integers, floating point; 8-bit files are left as they are): CT in Hounsfield units
+        intensity_window: ``(low, high)``, the stored values shown black and white in grayscale files deeper than 8
+            bits (16- and 32-bit integers, floating point; 8-bit and colour files are left as they are): CT in Hounsfield units
             ``(-160, 240)`` (soft tissue) or ``(-1350, 150)`` (lung), 12-bit data ``(0, 4095)``, floating point in
             0..1 ``(0, 1)``. None: the 16-bit range ``(0, 65535)``.
         seed: seed of the held-out draw.
@@ -141,6 +141,7 @@ def list_and_decode(settings: SiteDataSettings, root: str, site: str, workspace_
         settings.channels,
         workspace_root,
         settings.intensity_window,
+        listing=os.path.abspath(files.root),
     )
     return files, decoded
 
@@ -157,7 +158,7 @@ def load_site_data(settings: SiteDataSettings, root: str, site: str, workspace_r
         train_index, test_index = np.flatnonzero(is_train), np.flatnonzero(~is_train)
         held_out = f"its {files.test_split} split ({len(test_index)} images)"
     else:
-        names = [os.path.relpath(files.train_paths[i], files.folder) for i in decoded.kept]
+        names = [os.path.relpath(files.train_paths[i], files.folder).replace(os.sep, "/") for i in decoded.kept]
         train_index, test_index = stratified_holdout(labels, names, settings.val_fraction, settings.seed)
         held_out = f"val_fraction={settings.val_fraction} of its training images ({len(test_index)})"
     images = ImageArrays(decoded.images, torch.from_numpy(labels))
@@ -180,9 +181,9 @@ def decoding_notes(decoded: DecodedImages, count: Callable[[int], Any] = int) ->
     if not decoded.narrow_16bit:
         return []
     return [
-        f"{count(decoded.narrow_16bit)} 16-bit image file(s) hold values below 4096 only (12-bit data?): scaled over "
-        "the full 16-bit range (v / 257) they come out nearly black, at most 16 of 255; set site_data's "
-        "intensity_window to [0, 4095], or export them as 8-bit"
+        f"{count(decoded.narrow_16bit)} image file(s) deeper than 8 bits hold values below 4096 only (12-bit data?): "
+        "scaled over the full 16-bit range (v / 257) they come out nearly black, at most 16 of 255; set site_data's "
+        "intensity_window to [0, 4095] (or to the range the data hold), or export them as 8-bit"
     ]
 
 
@@ -256,8 +257,8 @@ def stratified_holdout(
     ``names`` (the files' paths in the site's folder) come first in the order of a digest of ``seed`` and the name.
 
     A row's place in that order depends on its own name only, so adding or removing a file moves at most one other
-    file between the splits: a folder that grows between jobs, or during one, keeps its held-out files out of
-    training (a shuffle of the rows would redraw them all, and evaluate on images trained on before)."""
+    file between the splits: of n files added to a class, about ``fraction · n`` files trained on before join the
+    held-out ones (a shuffle of the rows would redraw them all, and evaluate mostly on images trained on before)."""
     order = np.array([_digest(seed, name) for name in names], dtype=np.uint64)
     held = []
     for c in np.unique(labels):

@@ -82,7 +82,7 @@ class DataCheckExecutor(Executor):
         for path, why in decoded.unreadable:
             self.log_warning(fl_ctx, f"{site}: {path} cannot be decoded ({why})")
         for path, low, high in decoded.unscaled_examples:
-            self.log_warning(fl_ctx, f"{site}: {path} holds values {low:g} to {high:g}, beyond the 16-bit range")
+            self.log_warning(fl_ctx, f"{site}: {path} holds values {low:g} to {high:g}: it needs an intensity_window")
         report = site_report(files, decoded, self._settings, self.min_count)
         self.log_info(
             fl_ctx,

@@ -12,17 +12,18 @@ from the page cache, shared by every process on the machine.
 The key is a digest of the settings and of every file's path, size and modification time, so a changed folder is
 decoded again, never read stale. The older copies of the same listing and settings are then never mapped again
 (unless the folder is put back as it was): a new copy removes all but the :data:`KEPT_COPIES` last used
-(:func:`remove_older_copies`), so a folder that a PACS export grows every day does not fill the disk with a full copy
-a day. Where ``<folder>`` cannot be written (a
-read-only mount), the copy goes to the fallback folder (the site's workspace) instead.
+(:func:`remove_older_copies`), so a folder that a PACS export grows every day does not fill the disk with a full
+copy a day. Where ``<folder>`` cannot be written (a read-only mount), the copy goes to the fallback folder (the
+site's workspace) instead.
 
 Pixels: ``channels=1`` converts to grayscale, ``3`` to RGB (a grayscale image replicated); every image is resized to
 ``S x S`` (bilinear, the aspect ratio is not kept). Grayscale files deeper than 8 bits (16- and 32-bit integers,
-floating point; PIL reads 16-bit colour files at 8 bits itself) are mapped to 8 bits through an intensity window ``(low, high)``: ``clip(rint((v - low) · 255 / (high - low)), 0,
-255)``, so ``low`` is black and ``high`` white. Without one the window is the 16-bit range ``(0, 65535)`` (``v / 257``),
-and the files it cannot show are counted: those holding negative values (CT in Hounsfield units), values above 65535
-or floating point (``unscaled``, which a site refuses) and those whose values all stay below 4096 (12-bit data, left
-nearly black: ``narrow_16bit``, a warning). Values that are not numbers (NaN) are shown black.
+floating point; PIL reads 16-bit colour files at 8 bits itself) are mapped to 8 bits through an intensity window
+``(low, high)``: ``clip(rint((v - low) · 255 / (high - low)), 0, 255)``, so ``low`` is black and ``high`` white.
+Without one the window is the 16-bit range ``(0, 65535)`` (``v / 257``), and the files it cannot show are counted:
+those holding negative values (CT in Hounsfield units), values above 65535 or floating point (``unscaled``, which a
+site refuses) and those whose values all stay below 4096 (12-bit data, left nearly black: ``narrow_16bit``, a
+warning). Values that are not numbers (NaN) are shown black.
 """
 
 from __future__ import annotations

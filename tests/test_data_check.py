@@ -37,7 +37,7 @@ SITE_DATA = {"class_names": list(CLASSES), "image_size": 16, "channels": 1}
 READ = SiteDataSettings("image_folder", CLASSES, channels=1)  # how the reports' files were read
 
 
-def decoded(kept, unreadable=(), channels=None, sizes=None) -> DecodedImages:
+def decoded(kept, unreadable=(), channels=None, sizes=None, stored_values=()) -> DecodedImages:
     return DecodedImages(
         torch.zeros(len(kept), 1, 2, 2, dtype=torch.uint8),
         np.asarray(kept, dtype=np.int64),
@@ -45,6 +45,7 @@ def decoded(kept, unreadable=(), channels=None, sizes=None) -> DecodedImages:
         channels if channels is not None else {"1": len(kept)},
         sizes if sizes is not None else {"20x24": len(kept)},
         "/nowhere",
+        stored_values=stored_values,
     )
 
 
@@ -77,6 +78,7 @@ def test_a_report_counts_the_readable_images_per_class_and_split_and_hides_small
         "channels": {"grayscale": 16, "colour": 0},
         "converted": 0,
         "sizes": {"20x24": 10, "other": 6},  # 512x512 (4) and 9x9 (2) are each held by fewer than 5
+        "stored_values": None,  # no file deeper than 8 bits
         "problems": ["<5 image file(s) cannot be decoded, more than max_unreadable=0 (the site's log names them)"],
         "notes": [],
     }
@@ -143,6 +145,27 @@ def test_summarize_lists_every_site_and_the_failed_ones():
     assert table.splitlines()[1].split() == ["s1", "7", "<5", "0", "0.0000"]
     assert table.splitlines()[2].split() == ["s2", "-", "-", "-", "-"]
     assert "mean TV to the pooled label distribution: 0.0000" in table and "s3 FAILED: p1; p2" in table
+    assert summary["notes"] == [] and "NOTE" not in table
+
+
+def test_sites_whose_deep_images_seem_stored_in_other_units_are_noted():
+    def report(files, lowest, highest):
+        ct = decoded(range(17), stored_values=(files, lowest, highest))
+        return site_report(site_files(), ct, READ, min_count=5)
+
+    hounsfield, offset = report(40, -1024.0, 1800.0), report(30, 0.0, 2900.0)  # air at -1024, and at 0 (+1024)
+    assert hounsfield["stored_values"] == {"files": 40, "median_lowest": -1024.0, "median_highest": 1800.0}
+    assert report(3, -1024.0, 1800.0)["stored_values"] == {"files": "<5", "median_lowest": None, "median_highest": None}
+    # lows 1024 apart, above a tenth of the median span, median(2824, 2900) / 10 = 286.2
+    summary = summarize({"h1": hounsfield, "h2": offset, "h3": report(3, 5.0, 9.0)})  # h3's values are hidden
+    assert summary["notes"] == [
+        "the sites' images deeper than 8 bits may be stored in different units (median lowest and highest values: "
+        "h1 -1024 to 1800, h2 0 to 2900), while one intensity_window serves every site: check that each site exports "
+        "the same units (e.g. CT in Hounsfield units, not with an offset at some sites)"
+    ]
+    assert "NOTE: the sites' images deeper than 8 bits" in format_table(summary)
+    # lows 24 apart, below median(2824, 3000) / 10 = 291.2: one scanner's padding, the same units
+    assert summarize({"h1": hounsfield, "h2": report(30, -1000.0, 2000.0)})["notes"] == []
 
 
 def test_reports_of_other_classes_are_refused_by_site():

@@ -61,6 +61,7 @@ def test_two_hospitals_report_their_counts_and_the_server_writes_the_table_and_p
             "channels": {"grayscale": 34, "colour": 0},
             "converted": 0,
             "sizes": {"20x24": 34},
+            "stored_values": None,
             "problems": [],
             "notes": [
                 "<site_path>/val/ is not read: <site_path>/test/ is the held-out split (merge val/ into train/ or "
@@ -76,6 +77,7 @@ def test_two_hospitals_report_their_counts_and_the_server_writes_the_table_and_p
             "channels": {"grayscale": 28, "colour": "<5"},
             "converted": "<5",
             "sizes": {"20x24": 30},
+            "stored_values": None,
             "problems": [],
             "notes": [],
         },

@@ -185,6 +185,7 @@ def test_signed_or_floating_point_files_are_refused_until_an_intensity_window_ma
     assert "train/covid/ct1.tif holds -1000 to 0" in str(refused.value)  # the site's own log names examples
     files, decoded = list_and_decode(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
     assert decoded.unscaled == 3  # read back from the decoded copy
+    assert decoded.stored_values == (3, -1000.0, 0.0)  # the median of each file's lowest (air) and highest
     assert site_report(files, decoded, settings(channels=1), min_count=5)["problems"][0].startswith(
         "<5 image file(s) hold negative values"  # suppressed, and no file name leaves the site
     )

@@ -70,6 +70,7 @@ class DecodedImages:
     narrow_16bit: int = 0  # files whose values all stay below 4096 (12-bit data), without a window: nearly black
     unscaled: int = 0  # files the 16-bit range cannot show, without a window (negative, above 65535, floating point)
     unscaled_examples: tuple = ()  # ([relative path, lowest value, highest value], ...) of the first few of them
+    stored_values: tuple = ()  # (files, median lowest, median highest) of the grayscale files deeper than 8 bits
 
 
 class DecodedFile(NamedTuple):
@@ -170,6 +171,7 @@ def _open(folder: str) -> Optional[DecodedImages]:
             meta["narrow_16bit"],
             meta["unscaled"],
             tuple(meta["unscaled_examples"]),
+            tuple(meta["stored_values"]),
         )
     except (OSError, ValueError, KeyError):  # no copy yet, or a damaged one
         return None
@@ -202,6 +204,7 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -
             return f"{type(e).__name__}: {e}"
 
     kept, unreadable, source_channels, sizes, depths, unscaled_examples = [], [], Counter(), Counter(), Counter(), []
+    value_ranges = []  # (lowest, highest) of each file deeper than 8 bits
     report_every = max(1000, len(paths) // 10)  # a large folder takes minutes: say how far it is
     _LOG.info(f"decoding {len(paths)} images into {folder} (once: later starts map the copy)")
     try:
@@ -216,6 +219,8 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -
                 out.write(result.pixels.tobytes())
                 kept.append(i)
                 depths[result.depth] += 1
+                if result.value_range:
+                    value_ranges.append(result.value_range)
                 if result.depth == UNSCALED and len(unscaled_examples) < MAX_EXAMPLES:
                     unscaled_examples.append([os.path.relpath(paths[i], base), *result.value_range])
                 source_channels[str(result.source_channels)] += 1
@@ -231,6 +236,7 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -
             narrow_16bit=depths[NARROW],
             unscaled=depths[UNSCALED],
             unscaled_examples=unscaled_examples,
+            stored_values=_medians(value_ranges),
         )
         with open(os.path.join(staging, "meta.json"), "w") as f:
             json.dump(meta, f)
@@ -241,6 +247,16 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -
         return _open(folder) is not None
     remove_older_copies(parent, settings)
     return True
+
+
+def _medians(value_ranges: list) -> list:
+    """``[files, median lowest, median highest]`` of the files' ``(lowest, highest)`` values; [] for none."""
+    if not value_ranges:
+        return []
+    with warnings.catch_warnings():  # files of NaN only
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lowest, highest = np.nanmedian(np.asarray(value_ranges, dtype=np.float64), axis=0)
+    return [len(value_ranges), float(lowest), float(highest)]
 
 
 def remove_older_copies(parent: str, settings: list) -> None:

@@ -14,6 +14,11 @@ A site's report (:func:`site_report`) counts the images that decode (the ones tr
 - ``problems``: what would stop training on this data (undecodable files above ``max_unreadable``, files deeper
   than 8 bits that need an ``intensity_window``, grayscale mixed with colour under ``strict_channels``, no training
   image), in words without file names;
+- ``stored_values``: for grayscale files deeper than 8 bits (16-bit, 32-bit, floating point), ``{"files": count,
+  "median_lowest": v, "median_highest": v}``, the medians over those files of their lowest and highest stored value
+  before the intensity window (None when the count is suppressed); None where the site has none. Sites that export
+  in different units (CT in Hounsfield units at one, with a +1024 offset at another) show it here, while one
+  ``intensity_window`` serves the whole job;
 - ``notes``: what the listing did not read that a user may expect it to (a ``val/`` beside ``test/``), paths
   replaced by placeholders, and 12-bit data;
 - ``min_count``: the suppression threshold below.
@@ -33,6 +38,7 @@ federation's (its non-IID degree; see :func:`label_distribution`).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Dict, Mapping, Optional, Union
 
@@ -93,10 +99,28 @@ def site_report(files: SiteFiles, decoded: DecodedImages, settings: SiteDataSett
         "channels": {kind: suppress(n, min_count) for kind, n in channels.items()},
         "converted": suppress(channel_conversions(decoded, settings.channels), min_count),
         "sizes": size_counts(decoded.sizes, min_count),
+        "stored_values": stored_values(decoded, min_count),
         "problems": problems,
         "notes": [redact_paths(note, {files.root: "<site_path>"}) for note in files.notes]
         + decoding_notes(decoded, count=lambda n: suppress(n, min_count)),
     }
+
+
+def stored_values(decoded: DecodedImages, min_count: int) -> Optional[dict]:
+    """The report's ``stored_values`` (see the module's docstring)."""
+    if not decoded.stored_values:
+        return None
+    files, lowest, highest = decoded.stored_values
+    shown = files >= min_count
+    return {
+        "files": suppress(files, min_count),
+        "median_lowest": _finite(lowest) if shown else None,
+        "median_highest": _finite(highest) if shown else None,
+    }
+
+
+def _finite(value: float) -> Optional[float]:
+    return round(value, ROUND) if math.isfinite(value) else None  # NaN is not JSON
 
 
 def size_counts(sizes: Mapping[str, int], min_count: int) -> Dict[str, Count]:
@@ -171,10 +195,11 @@ def summarize(reports: Mapping[str, dict]) -> dict:
     """The federation's table from every site's report (site -> :func:`site_report`'s dict, or ``{"error": ...}``).
 
     Returns:
-        ``{"class_names": [...], "sites": {site: report}, "label_distribution": {...}, "failed": {site: reason}}``,
-        sites sorted by name: ``label_distribution`` is :func:`label_distribution` of the training counts of the
-        sites that reported counts; ``failed`` holds every site that reported an error or a problem (its problems
-        joined by "; ").
+        ``{"class_names": [...], "sites": {site: report}, "label_distribution": {...}, "failed": {site: reason},
+        "notes": [...]}``, sites sorted by name: ``label_distribution`` is :func:`label_distribution` of the
+        training counts of the sites that reported counts; ``failed`` holds every site that reported an error or a
+        problem (its problems joined by "; "); ``notes`` what a user should check before training
+        (:func:`stored_values_note`).
 
     Raises:
         ValueError: two sites' reports name different classes (not one job's reports), naming the site.
@@ -194,7 +219,34 @@ def summarize(reports: Mapping[str, dict]) -> dict:
         "sites": ordered,
         "label_distribution": label_distribution(counted),
         "failed": failed,
+        "notes": [note] if (note := stored_values_note(ordered)) else [],
     }
+
+
+def stored_values_note(reports: Mapping[str, dict]) -> Optional[str]:
+    """A note where the sites' files deeper than 8 bits seem stored in different units: their median lowest values
+    lie further apart than a tenth of the median span (median highest − median lowest), as between CT in Hounsfield
+    units (air at −1024) and the same CT with a +1024 offset (air at 0). None otherwise, or for fewer than two such
+    sites."""
+    ranges = {
+        site: (values["median_lowest"], values["median_highest"])
+        for site, report in reports.items()
+        if (values := report.get("stored_values"))
+        and values["median_lowest"] is not None
+        and values["median_highest"] is not None
+    }
+    if len(ranges) < 2:
+        return None
+    lows = [low for low, _ in ranges.values()]
+    span = float(np.median([high - low for low, high in ranges.values()]))
+    if max(lows) - min(lows) <= 0.1 * span:
+        return None
+    listed = ", ".join(f"{site} {low:g} to {high:g}" for site, (low, high) in ranges.items())
+    return (
+        f"the sites' images deeper than 8 bits may be stored in different units (median lowest and highest values: "
+        f"{listed}), while one intensity_window serves every site: check that each site exports the same units "
+        "(e.g. CT in Hounsfield units, not with an offset at some sites)"
+    )
 
 
 def format_table(summary: dict) -> str:
@@ -216,4 +268,5 @@ def format_table(summary: dict) -> str:
     mean = distribution["mean_total_variation"]
     lines.append(f"mean TV to the pooled label distribution: {'-' if mean is None else f'{mean:.4f}'}")
     lines += [f"{site} FAILED: {reason}" for site, reason in summary["failed"].items()]
+    lines += [f"NOTE: {note}" for note in summary["notes"]]
     return "\n".join(lines)

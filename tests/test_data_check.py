@@ -12,6 +12,7 @@ from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 from nvflare.recipe.utils import set_per_site_config
 
+from nvflare_moon.data import image_cache
 from nvflare_moon.data.image_cache import DecodedImages
 from nvflare_moon.data.label_plot import plot_label_distribution
 from nvflare_moon.data.site_data import SiteDataSettings, list_and_decode
@@ -164,8 +165,18 @@ def test_sites_whose_deep_images_seem_stored_in_other_units_are_noted():
         "the same units (e.g. CT in Hounsfield units, not with an offset at some sites)"
     ]
     assert "NOTE: the sites' images deeper than 8 bits" in format_table(summary)
-    # lows 24 apart, below median(2824, 3000) / 10 = 291.2: one scanner's padding, the same units
-    assert summarize({"h1": hounsfield, "h2": report(30, -1000.0, 2000.0)})["notes"] == []
+    # lows 24 apart, below median(2824, 3000) / 10 = 291.2, spans within 4x: the same units; a site in error is left out
+    same = {"h1": hounsfield, "h2": report(30, -1000.0, 2000.0), "h4": {"error": "no data"}}
+    assert summarize(same)["notes"] == []
+    # X-rays: the lows agree (0 and 10), but one site's span is 16 times the other's (4085 against 65525)
+    xray = summarize({"x1": report(20, 10.0, 4095.0), "x2": report(20, 0.0, 65525.0)})
+    assert "(median lowest and highest values: x1 10 to 4095, x2 0 to 65525)" in xray["notes"][0]
+
+
+def test_the_medians_leave_out_files_of_nan_only():
+    nan = float("nan")  # a file of NaN only neither counts towards min_count nor moves a median
+    assert image_cache._medians([(nan, nan), (0.0, 10.0), (2.0, 20.0), (4.0, 30.0)]) == [3, 2.0, 20.0]
+    assert image_cache._medians([(nan, nan)]) == [] and image_cache._medians([]) == []
 
 
 def test_reports_of_other_classes_are_refused_by_site():

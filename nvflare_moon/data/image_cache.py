@@ -250,13 +250,13 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -
 
 
 def _medians(value_ranges: list) -> list:
-    """``[files, median lowest, median highest]`` of the files' ``(lowest, highest)`` values; [] for none."""
-    if not value_ranges:
+    """``[files, median lowest, median highest]`` over the files with values (not NaN only); [] for none."""
+    ranges = np.asarray(value_ranges, dtype=np.float64).reshape(-1, 2)
+    ranges = ranges[np.isfinite(ranges).all(axis=1)]
+    if not len(ranges):
         return []
-    with warnings.catch_warnings():  # files of NaN only
-        warnings.simplefilter("ignore", RuntimeWarning)
-        lowest, highest = np.nanmedian(np.asarray(value_ranges, dtype=np.float64), axis=0)
-    return [len(value_ranges), float(lowest), float(highest)]
+    lowest, highest = np.median(ranges, axis=0)
+    return [len(ranges), float(lowest), float(highest)]
 
 
 def remove_older_copies(parent: str, settings: list) -> None:

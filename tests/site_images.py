@@ -11,9 +11,12 @@ from PIL import Image
 
 
 def class_image(label: int, rng: np.random.Generator, size=(20, 24), mode: str = "RGB") -> Image.Image:
-    """One image of class ``label`` in PIL ``mode`` ``"RGB"``, ``"L"`` or ``"I;16"`` (16-bit grayscale)."""
+    """One image of class ``label`` in PIL ``mode`` ``"RGB"``, ``"L"``, ``"I;16"`` (16-bit grayscale) or ``"I"`` (CT
+    in Hounsfield units, signed: 8 HU a level, level 128 at 0 HU, so class 0 lies below 0)."""
     height, width = size[1], size[0]
     level = 40.0 + 60.0 * label + rng.normal(0.0, 12.0, (height, width))
+    if mode == "I":
+        return Image.fromarray(np.rint((level - 128.0) * 8.0).astype(np.int32))
     if mode == "I;16":
         return Image.fromarray(np.clip(level * 257.0, 0, 65535).astype(np.uint16))
     if mode == "L":

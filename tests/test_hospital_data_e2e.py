@@ -1,6 +1,6 @@
 """Two hospitals train MOON on their own image folders in the real simulator, each at its own path, with different
-class mixes (hospital-2 has no "covid" images and no test split): with ``-t == -n`` and ``-t < -n``; and a site whose
-folder is missing ends the job at once, naming the folder."""
+class mixes (hospital-2 has no "covid" images and no test split): with ``-t == -n`` and ``-t < -n``; a site whose
+folder is missing ends the job at once, naming the folder; a CT site trains through the job's intensity window."""
 
 import json
 
@@ -17,11 +17,11 @@ HOSPITALS = ["hospital-1", "hospital-2"]
 SITE_DATA = {"class_names": CLASSES, "image_size": 16, "channels": 1, "val_fraction": 0.2}
 
 
-def hospital_recipe(**kwargs) -> MoonRecipe:
+def hospital_recipe(site_data=SITE_DATA, **kwargs) -> MoonRecipe:
     return MoonRecipe(
         name="hospital_moon",
         dataset="image_folder",
-        site_data=SITE_DATA,
+        site_data=site_data,
         min_clients=2,
         num_rounds=2,
         local_epochs=2,
@@ -68,6 +68,25 @@ def test_each_hospital_trains_on_its_own_folder_and_reports_its_accuracy(tmp_pat
     assert rounds[-1]["spread"]["accuracy"]["mean"] == pytest.approx(weighted)
     for site, folder in folders.items():  # decoded once beside each site's images, and mapped by later processes
         assert len(list((folder / ".nvflare_moon_decoded").iterdir())) == 1
+
+
+def test_a_ct_site_in_hounsfield_units_trains_through_the_jobs_intensity_window(tmp_path):
+    train = {"normal": 24, "pneumonia": 24, "covid": 16}
+    folders = {  # signed TIFFs at hospital-1 (class 0 below 0 HU, which the 16-bit range would clip to black)
+        "hospital-1": write_image_folder(tmp_path / "ct", CLASSES, train, mode="I", ext="tif"),
+        "hospital-2": write_image_folder(tmp_path / "xray", CLASSES, train, mode="L", seed=5),
+    }
+    recipe = hospital_recipe(byoc=True, site_data={**SITE_DATA, "intensity_window": [-1000, 1000]})
+    set_site_paths(recipe, folders)
+    recipe.export(str(tmp_path / "jobs"))
+    config = tmp_path / "jobs" / "hospital_moon" / "app_hospital-1" / "config" / "config_fed_client.json"
+    data = json.loads(config.read_text())["executors"][0]["executor"]["args"]["data"]["args"]
+    assert data["site_data"]["intensity_window"] == [-1000, 1000]  # in the job's config, the same for every site
+    run = run_simulator(tmp_path / "jobs" / "hospital_moon", tmp_path / "ws", n=2, t=2, clients=HOSPITALS)
+    assert run.returncode == 0, run.output[-3000:]
+    assert "hospital-1: 51 training samples" in run.output  # 64 less round(0.2 · n) of each class: 5, 5 and 3
+    assert "hold negative values" not in run.output
+    assert set(run.global_metrics()[-1]["site_metrics"]) == set(HOSPITALS)
 
 
 def test_a_site_whose_folder_is_missing_ends_the_job_naming_it(tmp_path):

@@ -241,6 +241,20 @@ def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_change
     assert changed.decoded.folder != first.decoded.folder
 
 
+def test_the_copys_key_takes_the_listings_stat_of_each_file(tmp_path, monkeypatch):
+    write_image_folder(tmp_path, CLASSES, {"normal": 3, "covid": 2})
+    files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
+    paths = files.train_paths
+    key = image_cache.cache_key(paths, str(tmp_path), 16, 3, None, files.file_stats)
+    assert key == image_cache.cache_key(paths, str(tmp_path), 16, 3, None)  # the same key, copies made before still map
+
+    def no_second_stat(path):  # one stat a file, the listing's: on a share each costs a round trip
+        raise AssertionError(f"{path} stat again")
+
+    monkeypatch.setattr(image_cache, "_size_and_mtime", no_second_stat)
+    assert load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws")).images.images.shape[0] == 5
+
+
 def test_a_new_copy_removes_older_formats_and_all_but_the_two_last_used_of_its_listing(tmp_path):
     write_image_folder(tmp_path, CLASSES, {"normal": 2, "covid": 2})
     copies = tmp_path / ".nvflare_moon_decoded"
@@ -402,6 +416,10 @@ def patient_on_a_share_not_mounted(train):
     os.symlink("../../unmounted/patient_7", train / "pneumonia" / "patient_7")  # relative, as links often are
 
 
+def image_on_a_share_not_mounted(train):
+    os.symlink("../../unmounted/0009.png", train / "pneumonia" / "0009.png")
+
+
 def unreadable_patient_folder(train, monkeypatch):
     (train / "pneumonia" / "patient_8").mkdir()
     real_scandir = os.scandir
@@ -421,6 +439,7 @@ def unreadable_patient_folder(train, monkeypatch):
         (image_with_no_class, r"1 image\(s\) directly in .*train have no class: move each into .*train/<class>/"),
         (class_on_a_share_not_mounted, "covid links to .*unmounted, which cannot be reached"),
         (patient_on_a_share_not_mounted, f"patient_7 links to {os.sep}.*unmounted/patient_7, which cannot be reached"),
+        (image_on_a_share_not_mounted, f"0009.png links to {os.sep}.*unmounted/0009.png, which cannot be reached"),
         (unreadable_patient_folder, r"cannot read .*pneumonia/patient_8 \(Permission denied\); give the account"),
     ],
     ids=[
@@ -428,6 +447,7 @@ def unreadable_patient_folder(train, monkeypatch):
         "an image with no class",
         "a class on a share not mounted",
         "a patient on a share not mounted",
+        "an image on a share not mounted",
         "a folder it may not read",
     ],
 )

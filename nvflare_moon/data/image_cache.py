@@ -39,7 +39,8 @@ import warnings
 from collections import Counter, deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
+from types import MappingProxyType
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -84,13 +85,26 @@ class DecodedFile(NamedTuple):
 NARROW, UNSCALED = "12-bit", "unscaled"
 
 
-def cache_key(paths: Sequence[str], base: str, image_size: int, channels: int, window: Optional[tuple]) -> str:
-    """A digest of the settings and of every file's path (relative to ``base``), size and modification time."""
+def cache_key(
+    paths: Sequence[str],
+    base: str,
+    image_size: int,
+    channels: int,
+    window: Optional[tuple],
+    file_stats: Mapping[str, tuple] = MappingProxyType({}),
+) -> str:
+    """A digest of the settings and of every file's path (relative to ``base``), size and modification time (from
+    ``file_stats``, ``{path: (size, mtime_ns)}``, where the listing read them; else read here)."""
     digest = hashlib.blake2b(f"{FORMAT}/{image_size}/{channels}/{window}".encode(), digest_size=12)
     for path in paths:
-        stat = os.stat(path)
-        digest.update(f"/{os.path.relpath(path, base)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        size, mtime_ns = file_stats.get(path) or _size_and_mtime(path)
+        digest.update(f"/{os.path.relpath(path, base)}:{size}:{mtime_ns}".encode())
     return f"images-{image_size}px-{channels}ch-{digest.hexdigest()}"  # _stale_copies reads "images-"
+
+
+def _size_and_mtime(path: str) -> tuple:
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
 
 
 def decode_image(path: str, image_size: int, channels: int, window: Optional[tuple] = None) -> DecodedFile:
@@ -133,11 +147,12 @@ def load_or_decode_images(
     fallback_folder: Optional[str],
     window: Optional[tuple] = None,
     listing: str = "",
+    file_stats: Mapping[str, tuple] = MappingProxyType({}),
 ) -> DecodedImages:
     """The decoded images of ``paths``: mapped from their copy under ``base`` (or ``fallback_folder``) when there is
     one, else decoded into a new copy there. ``listing`` names what listed ``paths`` (the site's folder or manifest):
-    a new copy removes only older copies of the same listing."""
-    key = cache_key(paths, base, image_size, channels, window)
+    a new copy removes only older copies of the same listing; ``file_stats`` as for :func:`cache_key`."""
+    key = cache_key(paths, base, image_size, channels, window, file_stats)
     folders = [os.path.join(base, CACHE_FOLDER, key)]
     if fallback_folder:
         folders.append(os.path.join(fallback_folder, CACHE_FOLDER, key))

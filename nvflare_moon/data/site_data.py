@@ -142,6 +142,7 @@ def list_and_decode(settings: SiteDataSettings, root: str, site: str, workspace_
         workspace_root,
         settings.intensity_window,
         listing=os.path.abspath(files.root),
+        file_stats=files.file_stats,
     )
     return files, decoded
 

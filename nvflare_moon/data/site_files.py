@@ -32,7 +32,7 @@ import csv
 import json
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 from ..core.validation import reject_unknown, take_renamed
@@ -67,6 +67,7 @@ class SiteFiles:
     test_labels: tuple = ()
     test_split: str = ""  # the held-out split's folder or manifest section ("test", "val", "validation"), if any
     notes: tuple = ()  # what the listing left out that a user may expect to be read, in words
+    file_stats: dict = field(default_factory=dict, compare=False, repr=False)  # path -> (size, mtime_ns), read once
 
     @property
     def folder(self) -> str:
@@ -134,15 +135,15 @@ def list_site_files(kind: str, root: str, class_names: Sequence[str], site: str)
         files = _list_datalist(root, names, site)
     else:
         raise ValueError(f"dataset must be one of {list(SITE_DATASETS)} for a site's own images, got {kind!r}")
-    _refuse_listed_twice(files, site)
-    return files
+    return replace(files, file_stats=_refuse_listed_twice(files, site))
 
 
-def _refuse_listed_twice(files: SiteFiles, site: str) -> None:
+def _refuse_listed_twice(files: SiteFiles, site: str) -> dict:
     """Refuse an image listed twice, whatever the path that reaches it (a link, a hard link, a repeated manifest row;
-    found by device and inode, one ``stat`` a file): in two classes it trains on a wrong label, in both splits it
-    inflates the held-out figures, in one class it counts twice."""
-    first = {}
+    found by device and inode): in two classes it trains on a wrong label, in both splits it inflates the held-out
+    figures, in one class it counts twice. Returns each file's ``(size, mtime_ns)`` from the same ``stat``, the one
+    a file costs (a share's latency is paid per call), for the decoded copy's key."""
+    first, stats = {}, {}
     held_out = files.test_split or "test"
     for split, paths, labels in (
         ("train", files.train_paths, files.train_labels),
@@ -153,13 +154,16 @@ def _refuse_listed_twice(files: SiteFiles, site: str) -> None:
             try:
                 stat = os.stat(path)
             except OSError as e:
+                _refuse_unreachable_link(path, site)
                 raise _unreadable(site, path, e.strerror) from e
+            stats[path] = (stat.st_size, stat.st_mtime_ns)
             seen = first.setdefault((stat.st_dev, stat.st_ino), entry)
             if seen is not entry:
                 raise SiteDataError(
                     f"{site}: one image is listed twice: {seen[2]} ({seen[0]}, {seen[1]}) and {path} ({split}, "
                     f"{entry[1]}); keep one (a link or a repeated manifest row reaches the same file)"
                 )
+    return stats
 
 
 # ---- image folder ---------------------------------------------------------------------------------------------------
@@ -211,10 +215,11 @@ def _images_under(class_dir: str, site: str) -> tuple[list, Counter]:
         seen.add(real)
         subfolders[:] = [d for d in subfolders if not d.startswith(".")]
         for f in files:
-            _refuse_unreachable_link(os.path.join(folder, f), site)  # os.walk lists a dangling link as a file
-            if _is_image(f):
+            if _is_image(f):  # a dangling link among them is refused by the listing's one stat a file
                 found.append(os.path.join(folder, f))
-            elif not f.startswith(".") and f.lower() not in OS_FILES:
+                continue
+            _refuse_unreachable_link(os.path.join(folder, f), site)  # os.walk lists a link to a folder gone as a file
+            if not f.startswith(".") and f.lower() not in OS_FILES:
                 others[os.path.splitext(f)[1].lower()] += 1
     return sorted(found, key=lambda path: os.path.relpath(path, class_dir).split(os.sep)), others
 

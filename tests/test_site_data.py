@@ -5,6 +5,7 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -158,7 +159,7 @@ def test_twelve_bit_data_in_16_bit_files_is_counted_and_named_in_the_log_and_the
     assert int(data.images.images[data.images.labels == 2].max()) == 16  # nearly black, as the warning says
     assert "site-1: 6 image file(s) deeper than 8 bits hold values below 4096 only (12-bit data?)" in caplog.text
     files, decoded = list_and_decode(settings(channels=1), str(tmp_path), "site-1", str(tmp_path / "ws"))
-    assert decoded.narrow_16bit == 6  # read back from the decoded copy
+    assert decoded.twelve_bit == 6  # read back from the decoded copy
     report = site_report(files, decoded, settings(channels=1))
     assert report["notes"][-1].startswith("6 image file(s) deeper than 8 bits hold values below 4096")
     few = site_report(files, decoded, settings(channels=1), min_count=10)
@@ -211,7 +212,7 @@ def test_floating_point_files_need_a_window_and_twelve_bit_data_is_shown_whole_t
     assert holes.value_range == (0.5, 0.5) and holes.pixels[0, 12, :10].tolist() == [128] * 10
     assert holes.pixels[0, 12, 10:].tolist() == [0] * 10
     Image.fromarray(np.full((24, 20), 4095, dtype=np.uint16)).save(tmp_path / "twelve.png")
-    assert image_cache.decode_image(str(tmp_path / "twelve.png"), 16, 1).depth == image_cache.NARROW
+    assert image_cache.decode_image(str(tmp_path / "twelve.png"), 16, 1).depth == image_cache.TWELVE_BIT
     shown = image_cache.decode_image(str(tmp_path / "twelve.png"), 16, 1, (0.0, 4095.0))
     assert shown.depth == "" and int(shown.pixels.max()) == 255  # not 16 of 255
     assert settings(intensity_window=[0, 4095]).intensity_window == (0.0, 4095.0)
@@ -241,18 +242,24 @@ def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_change
     assert changed.decoded.folder != first.decoded.folder
 
 
-def test_the_copys_key_takes_the_listings_stat_of_each_file(tmp_path, monkeypatch):
+def test_a_sites_start_stats_each_image_once(tmp_path, monkeypatch):
     write_image_folder(tmp_path, CLASSES, {"normal": 3, "covid": 2})
     files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
-    paths = files.train_paths
-    key = image_cache.cache_key(paths, str(tmp_path), 16, 3, None, files.file_stats)
-    assert key == image_cache.cache_key(paths, str(tmp_path), 16, 3, None)  # the same key, copies made before still map
+    fresh = {path: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for path in files.train_paths}
+    assert files.file_stats == fresh  # what the copy's key took from os.stat before: the same keys, old copies map
+    calls = Counter()
+    for name in ("stat", "lstat"):  # os.path.islink, exists and isfile call these too
 
-    def no_second_stat(path):  # one stat a file, the listing's: on a share each costs a round trip
-        raise AssertionError(f"{path} stat again")
+        def counted(path, *args, _real=getattr(os, name), _name=name, **kwargs):
+            if str(path).endswith(".png"):
+                calls[_name, str(path)] += 1
+            return _real(path, *args, **kwargs)
 
-    monkeypatch.setattr(image_cache, "_size_and_mtime", no_second_stat)
-    assert load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws")).images.images.shape[0] == 5
+        monkeypatch.setattr(os, name, counted)
+    data = load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    monkeypatch.undo()
+    assert data.images.images.shape[0] == 5  # one stat a file (on a share, a round trip each), no lstat
+    assert sorted(calls) == sorted(("stat", path) for path in files.train_paths) and set(calls.values()) == {1}
 
 
 def test_a_new_copy_removes_older_formats_and_all_but_the_two_last_used_of_its_listing(tmp_path):
@@ -538,13 +545,13 @@ def test_validation_is_a_held_out_split_and_other_folders_beside_train_are_named
 # ---- the held-out split and the batches -----------------------------------------------------------------------------
 
 
-def class_files(counts: dict, start: int = 0) -> tuple[np.ndarray, list]:
-    """Labels and names of ``counts[c]`` files of each class c, numbered from ``start``, in the listing's order."""
-    rows = [(c, f"train/{c}/{i:04d}.png") for c, n in counts.items() for i in range(start, start + n)]
+def class_files(counts: dict) -> tuple[np.ndarray, list]:
+    """Labels and names of ``counts[c]`` files of each class c, in the listing's order."""
+    rows = [(c, f"train/{c}/{i:04d}.png") for c, n in counts.items() for i in range(n)]
     return np.array([c for c, _ in rows]), [name for _, name in rows]
 
 
-def test_the_holdout_takes_the_rounded_fraction_of_each_class_and_depends_on_the_seed_only():
+def test_the_holdout_takes_the_rounded_fraction_of_each_class_drawn_with_the_seed():
     labels, names = class_files({0: 10, 1: 4, 2: 1})
     train, held = stratified_holdout(labels, names, 0.25, seed=3)
     assert np.bincount(labels[held], minlength=3).tolist() == [2, 1, 0]  # round(2.5), round(1.0), round(0.25)
@@ -553,7 +560,7 @@ def test_the_holdout_takes_the_rounded_fraction_of_each_class_and_depends_on_the
     assert stratified_holdout(labels, names, 0.25, seed=4)[1].tolist() != held.tolist()
 
 
-def test_files_added_later_leave_the_held_out_files_out_of_training():
+def test_files_added_later_move_few_files_trained_on_into_the_held_out_ones():
     labels, names = class_files({0: 200, 1: 100})
     before = {names[i] for i in stratified_holdout(labels, names, 0.1, seed=0)[1]}
     labels, names = class_files({0: 250, 1: 100})  # 50 files of class 0 exported since: rows 200-249 are new

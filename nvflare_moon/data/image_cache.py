@@ -5,8 +5,9 @@ it at every client start (the simulator with ``-t < -n`` starts one per task) wo
 decodes the files in a thread pool and writes the pixels, in file order, straight to
 ``<folder>/.nvflare_moon_decoded/<key>/images.u8`` (``[N, C, S, S]`` uint8, never all in memory: the decoders run
 at most a few images ahead of the writer, however slow the disk), with
-``meta.json`` holding the shape and what was seen: each file's size and channels, and the files that could not be
-decoded (skipped, so row i of the file is the i-th *readable* image). Later processes map the file: batches are read
+``meta.json`` holding the settings, the shape and what was seen: each file's size and channels, the files that could
+not be decoded (skipped, so row i of the file is the i-th *readable* image) and, of the files deeper than 8 bits,
+how many do not fit the 16-bit range and the medians of their values. Later processes map the file: batches are read
 from the page cache, shared by every process on the machine.
 
 The key is a digest of the settings and of every file's path, size and modification time, so a changed folder is
@@ -22,7 +23,7 @@ floating point; PIL reads 16-bit colour files at 8 bits itself) are mapped to 8 
 ``(low, high)``: ``clip(rint((v - low) · 255 / (high - low)), 0, 255)``, so ``low`` is black and ``high`` white.
 Without one the window is the 16-bit range ``(0, 65535)`` (``v / 257``), and the files it cannot show are counted:
 those holding negative values (CT in Hounsfield units), values above 65535 or floating point (``unscaled``, which a
-site refuses) and those whose values all stay below 4096 (12-bit data, left nearly black: ``narrow_16bit``, a
+site refuses) and those whose values all stay below 4096 (12-bit data, left nearly black: ``twelve_bit``, a
 warning). Values that are not numbers (NaN) are shown black.
 """
 
@@ -35,11 +36,9 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from collections import Counter, deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -48,11 +47,12 @@ import torch
 from .decoded_cache import CACHE_FOLDER
 
 _LOG = logging.getLogger(__name__)
-FORMAT = 3  # bump when the file layout or the pixel conversion changes (2: the 12-bit count; 3: the window)
-GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "F")
+FORMAT = 3  # bump when the file layout, the pixel conversion or meta.json changes (3: the window and what it saw)
 WIDE_MODES = ("I", "I;16", "I;16B", "I;16L", "F")  # deeper than 8 bits: mapped through the intensity window
+GRAYSCALE_MODES = ("1", "L", "LA", *WIDE_MODES)
 SIXTEEN_BIT_WINDOW = (0.0, 65535.0)  # the window of a site that sets none
-TWELVE_BIT_LIMIT = 4096  # a 16-bit file whose values all stay below it holds 12-bit data
+TWELVE_BIT_LIMIT = 4096  # a file deeper than 8 bits whose values all stay below it holds 12-bit data
+TWELVE_BIT, UNSCALED = "12-bit", "unscaled"  # how a file's values fit the 16-bit range, where it has no window
 MAX_EXAMPLES = 5  # unscaled files named in the decoded copy's meta
 KEPT_COPIES = 2  # of each listing and settings: the new copy and the one used before it
 STAGING_AGE_S = 24 * 3600  # a staging folder this old was left by a decoding that was killed
@@ -68,7 +68,7 @@ class DecodedImages:
     source_channels: dict  # {"1": count, "3": count}: grayscale and colour files among the readable ones
     sizes: dict  # {"WxH": count} of the readable files, before resizing
     folder: str  # where the decoded copy is
-    narrow_16bit: int = 0  # files whose values all stay below 4096 (12-bit data), without a window: nearly black
+    twelve_bit: int = 0  # files whose values all stay below 4096 (12-bit data), without a window: nearly black
     unscaled: int = 0  # files the 16-bit range cannot show, without a window (negative, above 65535, floating point)
     unscaled_examples: tuple = ()  # ([relative path, lowest value, highest value], ...) of the first few of them
     stored_values: tuple = ()  # (files, median lowest, median highest) of the grayscale files deeper than 8 bits
@@ -78,33 +78,20 @@ class DecodedFile(NamedTuple):
     pixels: np.ndarray  # uint8 [C, S, S]
     size: tuple  # (width, height) before resizing
     source_channels: int  # 1 (grayscale) or 3 (colour)
-    depth: str  # "" (shown as is), NARROW or UNSCALED (see the module's docstring)
-    value_range: tuple  # (lowest, highest) stored value of a file deeper than 8 bits, else ()
-
-
-NARROW, UNSCALED = "12-bit", "unscaled"
+    depth: str  # TWELVE_BIT or UNSCALED where the file has no window and fits the 16-bit range badly, else ""
+    value_range: tuple  # (lowest, highest) stored value of a file deeper than 8 bits (NaN ignored), else ()
 
 
 def cache_key(
-    paths: Sequence[str],
-    base: str,
-    image_size: int,
-    channels: int,
-    window: Optional[tuple],
-    file_stats: Mapping[str, tuple] = MappingProxyType({}),
+    paths: Sequence[str], base: str, image_size: int, channels: int, window: Optional[tuple], file_stats: Mapping
 ) -> str:
-    """A digest of the settings and of every file's path (relative to ``base``), size and modification time (from
-    ``file_stats``, ``{path: (size, mtime_ns)}``, where the listing read them; else read here)."""
+    """A digest of the settings and of every file's path (relative to ``base``), size and modification time
+    (``file_stats[path]``: ``(size, mtime_ns)``, as the listing read them)."""
     digest = hashlib.blake2b(f"{FORMAT}/{image_size}/{channels}/{window}".encode(), digest_size=12)
     for path in paths:
-        size, mtime_ns = file_stats.get(path) or _size_and_mtime(path)
+        size, mtime_ns = file_stats[path]
         digest.update(f"/{os.path.relpath(path, base)}:{size}:{mtime_ns}".encode())
     return f"images-{image_size}px-{channels}ch-{digest.hexdigest()}"  # _stale_copies reads "images-"
-
-
-def _size_and_mtime(path: str) -> tuple:
-    stat = os.stat(path)
-    return stat.st_size, stat.st_mtime_ns
 
 
 def decode_image(path: str, image_size: int, channels: int, window: Optional[tuple] = None) -> DecodedFile:
@@ -117,10 +104,9 @@ def decode_image(path: str, image_size: int, channels: int, window: Optional[tup
         size, mode, depth, value_range = im.size, im.mode, "", ()
         if mode in WIDE_MODES:
             wide = np.asarray(im, dtype=np.float64)
-            with warnings.catch_warnings():  # a file of NaN only: its range is (nan, nan), and it is judged unscaled
-                warnings.simplefilter("ignore", RuntimeWarning)
-                value_range = (float(np.nanmin(wide)), float(np.nanmax(wide)))
-            depth = "" if window else _depth(mode, *value_range)
+            values = wide[~np.isnan(wide)]
+            value_range = (float(values.min()), float(values.max())) if values.size else (np.nan, np.nan)
+            depth = "" if window else _fit_of_16_bit_range(mode, *value_range)
             low, high = window or SIXTEEN_BIT_WINDOW
             scaled = np.nan_to_num(np.rint((wide - low) * 255.0 / (high - low)), nan=0.0)
             im = Image.fromarray(np.clip(scaled, 0, 255).astype(np.uint8), "L")
@@ -132,26 +118,28 @@ def decode_image(path: str, image_size: int, channels: int, window: Optional[tup
     return DecodedFile(np.ascontiguousarray(pixels), size, 1 if mode in GRAYSCALE_MODES else 3, depth, value_range)
 
 
-def _depth(mode: str, lowest: float, highest: float) -> str:
-    """UNSCALED for values the 16-bit range cannot show, NARROW for 12-bit data (not blank), else ""."""
-    if mode == "F" or not lowest >= 0 or not highest <= SIXTEEN_BIT_WINDOW[1]:  # NaN fails both
+def _fit_of_16_bit_range(mode: str, lowest: float, highest: float) -> str:
+    """UNSCALED for values the 16-bit range cannot show (floating point, negative, above 65535), TWELVE_BIT for 12-bit
+    data (not blank), else ""."""
+    if mode == "F" or lowest < 0 or highest > SIXTEEN_BIT_WINDOW[1]:
         return UNSCALED
-    return NARROW if 0 < highest < TWELVE_BIT_LIMIT else ""
+    return TWELVE_BIT if 0 < highest < TWELVE_BIT_LIMIT else ""
 
 
 def load_or_decode_images(
     paths: Sequence[str],
     base: str,
+    *,
     image_size: int,
     channels: int,
+    window: Optional[tuple],
+    listing: str,
+    file_stats: Mapping,
     fallback_folder: Optional[str],
-    window: Optional[tuple] = None,
-    listing: str = "",
-    file_stats: Mapping[str, tuple] = MappingProxyType({}),
 ) -> DecodedImages:
     """The decoded images of ``paths``: mapped from their copy under ``base`` (or ``fallback_folder``) when there is
-    one, else decoded into a new copy there. ``listing`` names what listed ``paths`` (the site's folder or manifest):
-    a new copy removes only older copies of the same listing; ``file_stats`` as for :func:`cache_key`."""
+    one, else decoded into a new copy there, which then removes the older copies of the same ``listing`` (the site's
+    folder or manifest) and settings (:func:`remove_older_copies`); ``file_stats`` as for :func:`cache_key`."""
     key = cache_key(paths, base, image_size, channels, window, file_stats)
     folders = [os.path.join(base, CACHE_FOLDER, key)]
     if fallback_folder:
@@ -160,9 +148,11 @@ def load_or_decode_images(
         found = _open(folder)
         if found is not None:
             return found
-    settings = [image_size, channels, list(window) if window else None, listing]  # as JSON reads it back
+    settings = {"image_size": image_size, "channels": channels, "window": list(window) if window else None}
+    settings["listing"] = listing  # all as JSON reads them back from meta.json
     for folder in folders:
         if _decode_into(folder, paths, base, settings):
+            remove_older_copies(os.path.dirname(folder), settings)
             found = _open(folder)
             if found is not None:  # else removed at once by another process: try the next folder
                 return found
@@ -183,7 +173,7 @@ def _open(folder: str) -> Optional[DecodedImages]:
             meta["source_channels"],
             meta["sizes"],
             folder,
-            meta["narrow_16bit"],
+            meta["twelve_bit"],
             meta["unscaled"],
             tuple(meta["unscaled_examples"]),
             tuple(meta["stored_values"]),
@@ -201,10 +191,10 @@ def _touch(path: str) -> None:
         pass
 
 
-def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -> bool:
-    """Decode every file with ``settings`` (``[image_size, channels, window, listing]``) into a staging folder, then
+def _decode_into(folder: str, paths: Sequence[str], base: str, settings: dict) -> bool:
+    """Decode every file with ``settings`` (``image_size``, ``channels``, ``window``) into a staging folder, then
     rename it to ``folder``; False if it cannot be written."""
-    image_size, channels, window, _ = settings
+    image_size, channels, window = settings["image_size"], settings["channels"], settings["window"]
     parent = os.path.dirname(folder)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -248,7 +238,7 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -
             unreadable=unreadable,
             source_channels=dict(source_channels),
             sizes=dict(sizes),
-            narrow_16bit=depths[NARROW],
+            twelve_bit=depths[TWELVE_BIT],
             unscaled=depths[UNSCALED],
             unscaled_examples=unscaled_examples,
             stored_values=_medians(value_ranges),
@@ -260,7 +250,6 @@ def _decode_into(folder: str, paths: Sequence[str], base: str, settings: list) -
     except OSError:  # another process renamed its copy first, or the disk is full
         shutil.rmtree(staging, ignore_errors=True)
         return _open(folder) is not None
-    remove_older_copies(parent, settings)
     return True
 
 
@@ -274,7 +263,7 @@ def _medians(value_ranges: list) -> list:
     return [len(ranges), float(lowest), float(highest)]
 
 
-def remove_older_copies(parent: str, settings: list) -> None:
+def remove_older_copies(parent: str, settings: dict) -> None:
     """Remove, under ``parent``, the copies of an older format, all but the :data:`KEPT_COPIES` last used of
     ``settings`` (the same listing, image size, channels and window), and staging folders a killed decoding left.
     Folders without our ``meta.json`` are left alone, and so is a copy whose file cannot be removed (mapped by a
@@ -300,7 +289,7 @@ def remove_older_copies(parent: str, settings: list) -> None:
         _LOG.info(f"removed {removed} older decoded cop(ies) from {parent} ({freed / 2**20:.0f} MiB)")
 
 
-def _stale_copies(parent: str, settings: list) -> list[str]:
+def _stale_copies(parent: str, settings: dict) -> list[str]:
     in_use, stale = [], []
     for entry in os.scandir(parent):
         meta_path = os.path.join(entry.path, "meta.json")

@@ -65,9 +65,9 @@ class SiteDataSettings:
             where left and right differ, as on chest X-rays).
         strict_channels: refuse a site whose files mix grayscale and colour, instead of converting the odd ones.
         intensity_window: ``(low, high)``, the stored values shown black and white in grayscale files deeper than 8
-            bits (16- and 32-bit integers, floating point; 8-bit and colour files are left as they are): CT in Hounsfield units
-            ``(-160, 240)`` (soft tissue) or ``(-1350, 150)`` (lung), 12-bit data ``(0, 4095)``, floating point in
-            0..1 ``(0, 1)``. None: the 16-bit range ``(0, 65535)``.
+            bits (16- and 32-bit integers, floating point; 8-bit and colour files are left as they are): CT in
+            Hounsfield units ``(-160, 240)`` (soft tissue) or ``(-1350, 150)`` (lung), 12-bit data ``(0, 4095)``,
+            floating point in 0..1 ``(0, 1)``. None: the 16-bit range ``(0, 65535)``.
         seed: seed of the held-out draw.
     """
 
@@ -137,12 +137,12 @@ def list_and_decode(settings: SiteDataSettings, root: str, site: str, workspace_
     decoded = load_or_decode_images(
         files.train_paths + files.test_paths,
         files.folder,
-        settings.image_size,
-        settings.channels,
-        workspace_root,
-        settings.intensity_window,
+        image_size=settings.image_size,
+        channels=settings.channels,
+        window=settings.intensity_window,
         listing=os.path.abspath(files.root),
         file_stats=files.file_stats,
+        fallback_folder=workspace_root,
     )
     return files, decoded
 
@@ -159,7 +159,8 @@ def load_site_data(settings: SiteDataSettings, root: str, site: str, workspace_r
         train_index, test_index = np.flatnonzero(is_train), np.flatnonzero(~is_train)
         held_out = f"its {files.test_split} split ({len(test_index)} images)"
     else:
-        names = [os.path.relpath(files.train_paths[i], files.folder).replace(os.sep, "/") for i in decoded.kept]
+        folder = files.folder  # a property that asks the file system: once, not once a file
+        names = [os.path.relpath(files.train_paths[i], folder).replace(os.sep, "/") for i in decoded.kept]
         train_index, test_index = stratified_holdout(labels, names, settings.val_fraction, settings.seed)
         held_out = f"val_fraction={settings.val_fraction} of its training images ({len(test_index)})"
     images = ImageArrays(decoded.images, torch.from_numpy(labels))
@@ -179,10 +180,10 @@ def describe_channels(decoded: DecodedImages) -> str:
 
 def decoding_notes(decoded: DecodedImages, count: Callable[[int], Any] = int) -> list[str]:
     """What the decoding saw that a site should hear (the 12-bit data), each count shown by ``count``."""
-    if not decoded.narrow_16bit:
+    if not decoded.twelve_bit:
         return []
     return [
-        f"{count(decoded.narrow_16bit)} image file(s) deeper than 8 bits hold values below 4096 only (12-bit data?): "
+        f"{count(decoded.twelve_bit)} image file(s) deeper than 8 bits hold values below 4096 only (12-bit data?): "
         "scaled over the full 16-bit range (v / 257) they come out nearly black, at most 16 of 255; set site_data's "
         "intensity_window to [0, 4095] (or to the range the data hold), or export them as 8-bit"
     ]
@@ -198,6 +199,12 @@ def unscaled_problem(decoded: DecodedImages, count: Callable[[int], Any] = int) 
         "set site_data's intensity_window to [low, high], the stored values to show black and white (CT soft "
         "tissue [-160, 240], lung [-1350, 150]; floating point in 0..1: [0, 1])"
     )
+
+
+def value_range_of(example) -> str:
+    """``"train/covid/1.tif holds -1024 to 1873"``, of one of ``DecodedImages.unscaled_examples``."""
+    path, low, high = example
+    return f"{path} holds {low:g} to {high:g}"
 
 
 def _checked_window(window) -> tuple[float, float]:
@@ -232,7 +239,7 @@ def check_decoded(decoded: DecodedImages, settings: SiteDataSettings, site: str)
         )
     unscaled = unscaled_problem(decoded)
     if unscaled:
-        examples = "; ".join(f"{path} holds {low:g} to {high:g}" for path, low, high in decoded.unscaled_examples)
+        examples = "; ".join(map(value_range_of, decoded.unscaled_examples))
         raise SiteDataError(f"{site}: {unscaled} ({examples})")
     for note in decoding_notes(decoded):
         _LOG.warning(f"{site}: {note}")
@@ -258,8 +265,9 @@ def stratified_holdout(
     ``names`` (the files' paths in the site's folder) come first in the order of a digest of ``seed`` and the name.
 
     A row's place in that order depends on its own name only, so adding or removing a file moves at most one other
-    file between the splits: of n files added to a class, about ``fraction · n`` files trained on before join the
-    held-out ones (a shuffle of the rows would redraw them all, and evaluate mostly on images trained on before)."""
+    file between the splits: of n files added to a class, at most ``round(fraction · (n_c + n)) − round(fraction ·
+    n_c)``, about ``fraction · n``, files trained on before join the held-out ones (a shuffle of the rows would redraw
+    them all, and evaluate mostly on images trained on before)."""
     order = np.array([_digest(seed, name) for name in names], dtype=np.uint64)
     held = []
     for c in np.unique(labels):

@@ -135,15 +135,29 @@ def list_site_files(kind: str, root: str, class_names: Sequence[str], site: str)
         files = _list_datalist(root, names, site)
     else:
         raise ValueError(f"dataset must be one of {list(SITE_DATASETS)} for a site's own images, got {kind!r}")
-    return replace(files, file_stats=_refuse_listed_twice(files, site))
+    stats = _stat_files(files, site)
+    _refuse_listed_twice(files, stats, site)
+    return replace(files, file_stats={path: (stat.st_size, stat.st_mtime_ns) for path, stat in stats.items()})
 
 
-def _refuse_listed_twice(files: SiteFiles, site: str) -> dict:
+def _stat_files(files: SiteFiles, site: str) -> dict:
+    """``{path: os.stat_result}`` of every listed file: the one ``stat`` a file costs at a site's start (on a share,
+    each is a round trip); a file that cannot be reached is refused, naming it (or the link that points nowhere)."""
+    stats = {}
+    for path in files.train_paths + files.test_paths:
+        try:
+            stats[path] = os.stat(path)
+        except OSError as e:
+            _refuse_unreachable_link(path, site)
+            raise _unreadable(site, path, e.strerror) from e
+    return stats
+
+
+def _refuse_listed_twice(files: SiteFiles, stats: dict, site: str) -> None:
     """Refuse an image listed twice, whatever the path that reaches it (a link, a hard link, a repeated manifest row;
     found by device and inode): in two classes it trains on a wrong label, in both splits it inflates the held-out
-    figures, in one class it counts twice. Returns each file's ``(size, mtime_ns)`` from the same ``stat``, the one
-    a file costs (a share's latency is paid per call), for the decoded copy's key."""
-    first, stats = {}, {}
+    figures, in one class it counts twice."""
+    first = {}
     held_out = files.test_split or "test"
     for split, paths, labels in (
         ("train", files.train_paths, files.train_labels),
@@ -151,19 +165,12 @@ def _refuse_listed_twice(files: SiteFiles, site: str) -> dict:
     ):
         for path, label in zip(paths, labels):
             entry = (split, files.class_names[label], path)
-            try:
-                stat = os.stat(path)
-            except OSError as e:
-                _refuse_unreachable_link(path, site)
-                raise _unreadable(site, path, e.strerror) from e
-            stats[path] = (stat.st_size, stat.st_mtime_ns)
-            seen = first.setdefault((stat.st_dev, stat.st_ino), entry)
+            seen = first.setdefault((stats[path].st_dev, stats[path].st_ino), entry)
             if seen is not entry:
                 raise SiteDataError(
                     f"{site}: one image is listed twice: {seen[2]} ({seen[0]}, {seen[1]}) and {path} ({split}, "
                     f"{entry[1]}); keep one (a link or a repeated manifest row reaches the same file)"
                 )
-    return stats
 
 
 # ---- image folder ---------------------------------------------------------------------------------------------------

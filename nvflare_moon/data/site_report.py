@@ -25,7 +25,7 @@ A site's report (:func:`site_report`) counts the images that decode (the ones tr
 
 Every count ``n`` with ``0 < n < min_count`` leaves the site as the string ``"<k"`` (``k = min_count``), zeros and
 larger counts as numbers; no file name, path or pixel leaves it (``stored_values`` holds medians over at least
-``min_count`` files, each the lowest or highest value of one of them). This is small-cell suppression only, not secondary
+``min_count`` files of each file's lowest and highest value). This is small-cell suppression only, not secondary
 suppression: where one cell is hidden and the others, with a total the other tables give (e.g. the channel counts,
 over both splits), are exact, the hidden one can be worked out. Raise ``min_count`` or merge rare classes where that
 matters.
@@ -53,6 +53,7 @@ REPORT_KEY = "data_report"  # where a site's report is in the data of its reply 
 MAX_SIZES = 20  # image sizes listed one by one in a report; the others are counted together as "other"
 ROUND = 4  # decimals of the shares and distances in the summary
 SPAN_RATIO = 4  # sites whose stored values span more than this many times another's are noted
+LOW_SHIFT = 0.1  # ... or whose median lowest values lie further apart than this share of the median span
 Count = Union[int, str]  # a count, or "<k" for one below the suppression threshold k
 _NAME = r"[^/\s'\"(),;]+"  # one name of a path inside a message
 _ABSOLUTE_PATH = re.compile(r"(?<![\w<>./~-])/[^\s'\"(),;]+")  # a POSIX absolute path inside a message
@@ -222,8 +223,8 @@ def summarize(reports: Mapping[str, dict]) -> dict:
 
 def stored_values_note(reports: Mapping[str, dict]) -> Optional[str]:
     """A note where the sites' files deeper than 8 bits seem stored in different units: their median lowest values
-    lie further apart than a tenth of the median span (median highest − median lowest), as between CT in Hounsfield
-    units (air at −1024) and the same CT with a +1024 offset (air at 0), or one site's span is more than
+    lie further apart than :data:`LOW_SHIFT` of the median span (median highest − median lowest), as between CT in
+    Hounsfield units (air at −1024) and the same CT with a +1024 offset (air at 0), or one site's span is more than
     :data:`SPAN_RATIO` times another's, as between X-rays in 0..4095 and in 0..65535. None otherwise, or for fewer
     than two such sites."""
     ranges = {
@@ -237,7 +238,7 @@ def stored_values_note(reports: Mapping[str, dict]) -> Optional[str]:
         return None
     lows = [low for low, _ in ranges.values()]
     spans = [high - low for low, high in ranges.values()]
-    shifted = max(lows) - min(lows) > 0.1 * float(np.median(spans))
+    shifted = max(lows) - min(lows) > LOW_SHIFT * float(np.median(spans))
     if not shifted and max(spans) <= SPAN_RATIO * min(spans):
         return None
     listed = ", ".join(f"{site} {low:g} to {high:g}" for site, (low, high) in ranges.items())

@@ -20,7 +20,7 @@ from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 
 from ..core.validation import check_choice, check_number
-from ..data.site_data import decoding_notes, list_and_decode, site_data_settings
+from ..data.site_data import decoding_notes, list_and_decode, site_data_settings, value_range_of
 from ..data.site_files import SITE_DATASETS, SiteDataError, resolve_site_root, site_path_argument
 from ..data.site_report import DATA_CHECK_TASK, REPORT_KEY, redact_paths, site_report
 
@@ -81,8 +81,8 @@ class DataCheckExecutor(Executor):
             return {"error": self._redacted(message, root, workspace_root)}
         for path, why in decoded.unreadable:
             self.log_warning(fl_ctx, f"{site}: {path} cannot be decoded ({why})")
-        for path, low, high in decoded.unscaled_examples:
-            self.log_warning(fl_ctx, f"{site}: {path} holds values {low:g} to {high:g}: it needs an intensity_window")
+        for example in decoded.unscaled_examples:
+            self.log_warning(fl_ctx, f"{site}: {value_range_of(example)}: it needs an intensity_window")
         report = site_report(files, decoded, self._settings, self.min_count)
         self.log_info(
             fl_ctx,

@@ -242,9 +242,10 @@ def test_the_decoded_copy_is_made_once_then_mapped_and_remade_when_a_file_change
     assert changed.decoded.folder != first.decoded.folder
 
 
-def test_a_sites_start_stats_each_image_once(tmp_path, monkeypatch):
-    write_image_folder(tmp_path, CLASSES, {"normal": 3, "covid": 2})
-    files = list_site_files("image_folder", str(tmp_path), CLASSES, "site-1")
+@pytest.mark.parametrize("layout", ["image_folder", "datalist"])
+def test_a_sites_start_stats_each_image_once(tmp_path, monkeypatch, layout):
+    (write_image_folder if layout == "image_folder" else write_datalist)(tmp_path, CLASSES, {"normal": 3, "covid": 2})
+    files = list_site_files(layout, str(tmp_path), CLASSES, "site-1")
     fresh = {path: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for path in files.train_paths}
     assert files.file_stats == fresh  # what the copy's key took from os.stat before: the same keys, old copies map
     calls = Counter()
@@ -256,7 +257,7 @@ def test_a_sites_start_stats_each_image_once(tmp_path, monkeypatch):
             return _real(path, *args, **kwargs)
 
         monkeypatch.setattr(os, name, counted)
-    data = load_site_data(settings(), str(tmp_path), "site-1", str(tmp_path / "ws"))
+    data = load_site_data(settings(dataset=layout), str(tmp_path), "site-1", str(tmp_path / "ws"))
     monkeypatch.undo()
     assert data.images.images.shape[0] == 5  # one stat a file (on a share, a round trip each), no lstat
     assert sorted(calls) == sorted(("stat", path) for path in files.train_paths) and set(calls.values()) == {1}

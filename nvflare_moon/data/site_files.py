@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import stat
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
@@ -129,28 +130,30 @@ def resolve_site_root(site_path: Optional[str], site: str, workspace_root: str) 
 def list_site_files(kind: str, root: str, class_names: Sequence[str], site: str) -> SiteFiles:
     """Every image of the site, labelled; ``kind`` is ``"image_folder"`` or ``"datalist"``."""
     names = check_class_names(class_names)
+    stats = {}  # path -> os.stat_result: a datalist's rows are stated as they are read (a missing file names its row)
     if kind == "image_folder":
         files = _list_image_folder(root, names, site)
     elif kind == "datalist":
-        files = _list_datalist(root, names, site)
+        files = _list_datalist(root, names, site, stats)
     else:
         raise ValueError(f"dataset must be one of {list(SITE_DATASETS)} for a site's own images, got {kind!r}")
-    stats = _stat_files(files, site)
+    _stat_files(files, site, stats)
     _refuse_listed_twice(files, stats, site)
-    return replace(files, file_stats={path: (stat.st_size, stat.st_mtime_ns) for path, stat in stats.items()})
+    return replace(files, file_stats={path: (found.st_size, found.st_mtime_ns) for path, found in stats.items()})
 
 
-def _stat_files(files: SiteFiles, site: str) -> dict:
-    """``{path: os.stat_result}`` of every listed file: the one ``stat`` a file costs at a site's start (on a share,
-    each is a round trip); a file that cannot be reached is refused, naming it (or the link that points nowhere)."""
-    stats = {}
+def _stat_files(files: SiteFiles, site: str, stats: dict) -> None:
+    """Add to ``stats`` (``{path: os.stat_result}``) every listed file it lacks: the one ``stat`` a file costs at a
+    site's start (on a share, each is a round trip); a file that cannot be reached is refused, naming it (or the link
+    that points nowhere)."""
     for path in files.train_paths + files.test_paths:
+        if path in stats:
+            continue
         try:
             stats[path] = os.stat(path)
         except OSError as e:
             _refuse_unreachable_link(path, site)
             raise _unreadable(site, path, e.strerror) from e
-    return stats
 
 
 def _refuse_listed_twice(files: SiteFiles, stats: dict, site: str) -> None:
@@ -377,7 +380,9 @@ def _label_of(value, names: tuple, where: str, site: str) -> int:
     )
 
 
-def _list_datalist(root: str, names: tuple, site: str) -> SiteFiles:
+def _list_datalist(root: str, names: tuple, site: str, stats: dict) -> SiteFiles:
+    """The manifest's rows, each file stated into ``stats``; a row whose file is missing (or not a file) is refused,
+    naming the row."""
     manifest = _manifest_path(root, site)
     base = os.path.dirname(os.path.abspath(manifest))
     out = {}
@@ -385,8 +390,13 @@ def _list_datalist(root: str, names: tuple, site: str) -> SiteFiles:
         paths, labels = [], []
         for image, label, where in rows:
             path = os.path.normpath(os.path.join(base, str(image)))
-            if not os.path.isfile(path):
+            try:
+                found = os.stat(path)
+            except OSError:
+                found = None
+            if found is None or not stat.S_ISREG(found.st_mode):
                 raise SiteDataError(f"{site}: {where} points to {path}, which does not exist")
+            stats[path] = found
             paths.append(path)
             labels.append(_label_of(label, names, where, site))
         out[split] = (tuple(paths), tuple(labels))

@@ -104,7 +104,7 @@ def decode_image(path: str, image_size: int, channels: int, window: Optional[tup
         size, mode, depth, value_range = im.size, im.mode, "", ()
         if mode in WIDE_MODES:
             wide = np.asarray(im, dtype=np.float64)
-            values = wide[~np.isnan(wide)]
+            values = wide[~np.isnan(wide)] if mode == "F" else wide  # only floating point holds NaN
             value_range = (float(values.min()), float(values.max())) if values.size else (np.nan, np.nan)
             depth = "" if window else _fit_of_16_bit_range(mode, *value_range)
             low, high = window or SIXTEEN_BIT_WINDOW
@@ -166,7 +166,7 @@ def _open(folder: str) -> Optional[DecodedImages]:
         shape = tuple(meta["shape"])
         path = os.path.join(folder, "images.u8")
         images = np.memmap(path, dtype=np.uint8, mode="c", shape=shape) if shape[0] else np.zeros(shape, np.uint8)
-        return DecodedImages(
+        decoded = DecodedImages(
             torch.from_numpy(images),
             np.asarray(meta["kept"], dtype=np.int64),
             meta["unreadable"],
@@ -180,14 +180,14 @@ def _open(folder: str) -> Optional[DecodedImages]:
         )
     except (OSError, ValueError, KeyError):  # no copy yet, or a damaged one
         return None
-    finally:
-        _touch(os.path.join(folder, "meta.json"))  # last used now: remove_older_copies keeps the copies in use
+    _touch(os.path.join(folder, "meta.json"))  # last used now: remove_older_copies keeps the copies in use
+    return decoded
 
 
 def _touch(path: str) -> None:
     try:
         os.utime(path)
-    except OSError:  # no copy, or a read-only mount
+    except OSError:  # a read-only mount
         pass
 
 
@@ -278,9 +278,10 @@ def remove_older_copies(parent: str, settings: dict) -> None:
     for path in stale:
         images = os.path.join(path, "images.u8")
         try:
-            size = os.path.getsize(images) if os.path.exists(images) else 0
-            if size:
-                os.remove(images)  # first: a copy whose file is in use stays whole, and is tried again later
+            size = os.path.getsize(images)
+            os.remove(images)  # first: a copy whose file is in use stays whole, and is tried again later
+        except FileNotFoundError:  # a staging folder, or a copy half removed
+            size = 0
         except OSError:
             continue
         shutil.rmtree(path, ignore_errors=True)
